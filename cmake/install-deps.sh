@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs hsnn's build and test dependencies from Debian 12 packages.
+# Idempotent; runs apt-get through sudo when not root.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PACKAGES=(
+  build-essential cmake ninja-build ccache git
+  llvm-19-dev libzstd-dev zlib1g-dev
+  libtbb-dev libfmt-dev doctest-dev
+  clang-19 libclang-rt-19-dev
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,114 @@
+//===- hsnn/Formula.h - Parse, simplify, differentiate, print ---*- C++ -*-===//
+//
+// The symbolic front end: formula text in SymPy syntax to a simplified
+// expression and its derivative, with diagnostics that point at the column.
+// Formula text is only ever parsed; nothing in it is executed.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+#include "hsnn/Expr.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace hsnn {
+
+/// Activation formulas use `num` (aliases `x`, `z`); loss formulas use
+/// `y_pred` and `y_true`.
+enum class FormulaMode { Activation, Loss };
+
+/// Limits that keep hostile input from exhausting the stack or memory.
+inline constexpr size_t kMaxFormulaLength = 4096;
+inline constexpr unsigned kMaxNesting = 128;  ///< Parentheses/calls/unary.
+inline constexpr unsigned kMaxDepth = 512;    ///< Expression tree depth.
+
+/// One problem in one formula.
+struct Diagnostic {
+  int node = -1;       ///< Node index in a layer, -1 for a lone formula.
+  size_t column = 0;   ///< 1-based byte column of the cause; 0: whole formula.
+  size_t length = 1;   ///< Columns to underline.
+  std::string message; ///< The cause, e.g. "unknown function 'tanhh'; did you mean 'tanh'?".
+  std::string formula; ///< The text it refers to.
+
+  /// "node 3: error: <message>" then the formula and a caret line.
+  std::string render() const;
+};
+
+/// Joins several diagnostics (all nodes of a layer) into one message.
+std::string renderDiagnostics(const std::vector<Diagnostic> &diags);
+Error toError(const std::vector<Diagnostic> &diags);
+
+/// A parsed, simplified formula.
+struct Formula {
+  Expr expr = nullptr;
+  FormulaMode mode = FormulaMode::Activation;
+  /// Names of the user constants it reads, sorted; this is also the order
+  /// of the node's slice of a layer's params array.
+  std::vector<std::string> constants;
+  /// Defaults for constants introduced by built-ins (huber's delta, ...).
+  std::map<std::string, double> defaults;
+  /// Column of each constant's first use, for diagnostics.
+  std::map<std::string, size_t> firstUse;
+  std::string text;
+};
+
+struct ParseOptions {
+  FormulaMode mode = FormulaMode::Activation;
+  int node = -1;          ///< Only used to label diagnostics.
+  bool simplify = true;   ///< Apply simplify() to the result.
+};
+
+/// Parses one formula; on failure returns the first diagnostic.
+std::variant<Formula, Diagnostic> parseFormulaDetailed(ExprContext &ctx, std::string_view text,
+                                                        const ParseOptions &options = {});
+/// As parseFormulaDetailed, the diagnostic rendered into an Error.
+Expected<Formula> parseFormula(ExprContext &ctx, std::string_view text, const ParseOptions &options = {});
+
+/// Checks a node's constant values against what its formula needs and
+/// returns them in the order of `formula.constants`. Reports missing,
+/// unused, reserved and non-finite constants.
+std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
+                                                           const std::map<std::string, double> &given,
+                                                           int node = -1);
+
+struct SimplifyOptions {
+  /// Allows folds that are wrong for inf/NaN/-0 (x*0 -> 0, x-x -> 0,
+  /// x+0 -> x). Off by default; hsnn never turns it on by itself.
+  bool fast = false;
+};
+
+/// IEEE-safe simplification plus numerically stable rewrites:
+/// log(1+exp(u)) -> softplus(u), 1/(1+exp(-u)) -> sigmoid(u),
+/// v/(1+exp(-u)) -> v*sigmoid(u), log(1+u) -> log1p(u), exp(u)-1 -> expm1(u),
+/// u**2 -> u*u, u**-1 -> 1/u. Returns the same node when nothing changes.
+Expr simplify(ExprContext &ctx, Expr e, const SimplifyOptions &options = {});
+
+/// d e / d v, simplified. The rules define every kink (see docs in README):
+/// relu'(0) = Abs'(0) = 0, Heaviside' = sign' = floor' = ceiling' = 0,
+/// Max(a,b)' = a' where a >= b else b' (Min: a <= b), with the operands in
+/// canonical order (numbers first), Piecewise branch by branch.
+Expr differentiate(ExprContext &ctx, Expr e, Variable v, const SimplifyOptions &options = {});
+
+/// SymPy-syntax text that parses back to the same node.
+std::string print(Expr e);
+
+/// A named built-in (`gelu`, `huber`, ...).
+struct BuiltinInfo {
+  std::string_view name;
+  FormulaMode mode;
+  std::string_view definition; ///< The formula it stands for, for docs.
+  std::vector<std::pair<std::string_view, double>> params; ///< Constants and defaults.
+};
+std::span<const BuiltinInfo> builtins();
+
+/// True for names that cannot be user constants (functions, variables,
+/// E, pi, tau, phi, True, False, built-ins).
+bool isReservedName(std::string_view name);
+
+} // namespace hsnn

@@ -1,0 +1,150 @@
+//===- hsnn/Layer.h - Activation layers and losses: the public API -*- C++ -*-===//
+//
+// An ActivationLayer holds one formula per node and runs
+//   forward   a     = f_node(z)
+//   backward  delta = err * f_node'(z)
+//   fused     a = f_node(z) and dfdz = f_node'(z) in one pass
+// over a batch laid out either (nodes x batch), each node's batch contiguous
+// (the seed's contract), or (batch x nodes), as frameworks store activations.
+// A Loss holds one formula in y_pred and y_true.
+//
+// Constants are read at run time from a per-node params array, so changing
+// one needs no recompile. All calls return errors as values; the objects are
+// cheap to copy (shared state) and safe to run from many threads at once.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsnn {
+
+enum class DType { F32, F64 };
+enum class Layout {
+  NodesMajor, ///< (nodes x batch): element (n, b) at n*batch + b.
+  BatchMajor, ///< (batch x nodes): element (b, n) at b*nodes + n.
+};
+enum class Reduction {
+  Mean, ///< Loss is the mean over elements; the gradient is scaled by 1/N.
+  Sum,  ///< Loss is the sum; the gradient is unscaled.
+  None, ///< Per-element losses (forwardElements); the gradient is unscaled.
+};
+/// Which engine runs the kernels. Auto picks the best one available.
+enum class Method {
+  Auto,
+  CpuInterp, ///< The built-in interpreter (the seed's CPU_PYTHON / CPU_CPP role).
+};
+
+std::string_view toString(DType);
+std::string_view toString(Layout);
+std::string_view toString(Reduction);
+std::string_view toString(Method);
+
+/// One node of a layer: a formula (or a built-in name) and its constants.
+struct NodeSpec {
+  std::string formula;
+  std::map<std::string, double> constants;
+};
+
+struct LayerOptions {
+  Method method = Method::Auto;
+  DType dtype = DType::F32;
+  Layout layout = Layout::NodesMajor;
+  unsigned threads = 0; ///< 0: TBB's default.
+};
+
+struct LossOptions {
+  Method method = Method::Auto;
+  DType dtype = DType::F32;
+  Reduction reduction = Reduction::Mean;
+  unsigned threads = 0;
+};
+
+class ActivationLayer {
+public:
+  /// Parses, simplifies and differentiates every node, reporting the
+  /// problems of all nodes together in one Error.
+  static Expected<ActivationLayer> compile(const std::vector<NodeSpec> &nodes, const LayerOptions &options = {});
+
+  size_t numNodes() const;
+  DType dtype() const;
+  Layout layout() const;
+  Method method() const;
+  /// Distinct formulas after simplification (nodes sharing one share code).
+  size_t numDistinctFormulas() const;
+
+  /// `z`, `a`, `err`, `delta`, `dfdz` each hold numNodes() * batch elements
+  /// in the layer's layout. The pointer type must match the layer's dtype.
+  Error forward(const float *z, float *a, size_t batch) const;
+  Error forward(const double *z, double *a, size_t batch) const;
+  Error backward(const float *z, const float *err, float *delta, size_t batch) const;
+  Error backward(const double *z, const double *err, double *delta, size_t batch) const;
+  Error fused(const float *z, float *a, float *dfdz, size_t batch) const;
+  Error fused(const double *z, double *a, double *dfdz, size_t batch) const;
+
+  /// Changes one constant of one node; the next run sees it, no recompile.
+  Error setConstant(size_t node, std::string_view name, double value);
+  Expected<double> constant(size_t node, std::string_view name) const;
+  /// The constants of a node in params order (sorted by name).
+  std::vector<std::string> constantNames(size_t node) const;
+
+  /// The seed's flat layout: params()[offsets()[n] + k] is node n's k-th constant.
+  std::span<const double> params() const;
+  std::span<const uint64_t> offsets() const;
+
+  /// Canonical text of the node's formula and of its derivative.
+  std::string formula(size_t node) const;
+  std::string derivative(size_t node) const;
+
+  struct Impl;
+
+private:
+  explicit ActivationLayer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+class Loss {
+public:
+  static Expected<Loss> compile(std::string_view formula, const std::map<std::string, double> &constants = {},
+                                const LossOptions &options = {});
+
+  Reduction reduction() const;
+  DType dtype() const;
+  Method method() const;
+
+  /// The reduced loss (Mean or Sum), accumulated in double in a fixed order:
+  /// the same input gives the same bits on every run and thread count.
+  Expected<double> forward(const float *y_pred, const float *y_true, size_t n) const;
+  Expected<double> forward(const double *y_pred, const double *y_true, size_t n) const;
+  /// Per-element losses, whatever the reduction.
+  Error forwardElements(const float *y_pred, const float *y_true, float *out, size_t n) const;
+  Error forwardElements(const double *y_pred, const double *y_true, double *out, size_t n) const;
+  /// d loss / d y_pred per element (scaled by 1/n for Mean).
+  Error gradient(const float *y_pred, const float *y_true, float *grad, size_t n) const;
+  Error gradient(const double *y_pred, const double *y_true, double *grad, size_t n) const;
+  /// Loss and gradient in one pass; returns the reduced loss (0 for None).
+  Expected<double> fused(const float *y_pred, const float *y_true, float *grad, size_t n) const;
+  Expected<double> fused(const double *y_pred, const double *y_true, double *grad, size_t n) const;
+
+  Error setConstant(std::string_view name, double value);
+  Expected<double> constant(std::string_view name) const;
+  std::string formula() const;
+  std::string derivative() const;
+
+  struct Impl;
+
+private:
+  explicit Loss(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+} // namespace hsnn

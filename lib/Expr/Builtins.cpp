@@ -1,0 +1,131 @@
+//===- lib/Expr/Builtins.cpp - Named activations and losses ---------------===//
+//
+// Each built-in expands into ordinary ops, in the numerically stable form:
+// the seed's `log(1+exp(x))` softplus overflowed above 88, ours does not.
+// A built-in's parameter is a user constant with a default.
+//===----------------------------------------------------------------------===//
+#include "Builtins.h"
+
+namespace hsnn::detail {
+namespace {
+
+using A = std::span<const Expr>;
+Expr n(ExprContext &c, double v) { return c.number(v); }
+Expr pos(ExprContext &c, Expr u) { return c.make(Op::Gt, {u, n(c, 0)}); }
+Expr pw(ExprContext &c, Expr a, Expr cond, Expr b) { return c.make(Op::Piecewise, {a, cond, b}); }
+Expr hardsigmoid(ExprContext &c, Expr u) {
+  return c.make(Op::Max, {n(c, 0), c.make(Op::Min, {n(c, 1), c.add(c.div(u, n(c, 6)), n(c, 0.5))})});
+}
+Expr diff(ExprContext &c, A a) { return c.sub(a[0], a[1]); }
+
+const BuiltinDef kBuiltins[] = {
+    {{"relu", FormulaMode::Activation, "Max(0, num)", {}}, [](ExprContext &c, A a) { return c.make(Op::Max, {n(c, 0), a[0]}); }},
+    {{"sigmoid", FormulaMode::Activation, "1/(1 + exp(-num))", {}}, [](ExprContext &c, A a) { return c.call(Op::Sigmoid, a[0]); }},
+    {{"swish", FormulaMode::Activation, "num/(1 + exp(-num))", {}},
+     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Sigmoid, a[0])); }},
+    {{"silu", FormulaMode::Activation, "num/(1 + exp(-num))", {}},
+     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Sigmoid, a[0])); }},
+    {{"softplus", FormulaMode::Activation, "log(1 + exp(num))", {}}, [](ExprContext &c, A a) { return c.call(Op::Softplus, a[0]); }},
+    {{"mish", FormulaMode::Activation, "num*tanh(log(1 + exp(num)))", {}},
+     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Tanh, c.call(Op::Softplus, a[0]))); }},
+    {{"gelu", FormulaMode::Activation, "0.5*num*(1 + erf(num/sqrt(2)))", {}},
+     [](ExprContext &c, A a) {
+       // 1 + erf(-t) cancels for t >> 0; erfc(t) is the same value without the cancellation.
+       return c.mul(c.mul(n(c, 0.5), a[0]), c.call(Op::Erfc, c.div(c.neg(a[0]), n(c, 1.4142135623730951))));
+     }},
+    {{"linear", FormulaMode::Activation, "num", {}}, [](ExprContext &, A a) { return a[0]; }},
+    {{"tanh", FormulaMode::Activation, "tanh(num)", {}}, [](ExprContext &c, A a) { return c.call(Op::Tanh, a[0]); }},
+    {{"elu", FormulaMode::Activation, "Piecewise((num, num > 0), (alpha*(exp(num) - 1), True))", {{"alpha", 1.0}}},
+     [](ExprContext &c, A a) { return pw(c, a[0], pos(c, a[0]), c.mul(c.param("alpha"), c.call(Op::Expm1, a[0]))); }},
+    {{"selu", FormulaMode::Activation,
+      "1.0507009873554805*Piecewise((num, num > 0), (1.6732632423543772*(exp(num) - 1), True))", {}},
+     [](ExprContext &c, A a) {
+       return c.mul(n(c, 1.0507009873554805),
+                    pw(c, a[0], pos(c, a[0]), c.mul(n(c, 1.6732632423543772), c.call(Op::Expm1, a[0]))));
+     }},
+    {{"leaky_relu", FormulaMode::Activation, "Piecewise((num, num > 0), (negative_slope*num, True))",
+      {{"negative_slope", 0.01}}},
+     [](ExprContext &c, A a) { return pw(c, a[0], pos(c, a[0]), c.mul(c.param("negative_slope"), a[0])); }},
+    {{"softsign", FormulaMode::Activation, "num/(1 + Abs(num))", {}},
+     [](ExprContext &c, A a) { return c.div(a[0], c.add(n(c, 1), c.call(Op::Abs, a[0]))); }},
+    {{"hardtanh", FormulaMode::Activation, "Max(-1, Min(1, num))", {}},
+     [](ExprContext &c, A a) { return c.make(Op::Max, {n(c, -1), c.make(Op::Min, {n(c, 1), a[0]})}); }},
+    {{"hardsigmoid", FormulaMode::Activation, "Max(0, Min(1, num/6 + 0.5))", {}},
+     [](ExprContext &c, A a) { return hardsigmoid(c, a[0]); }},
+    {{"hardswish", FormulaMode::Activation, "num*Max(0, Min(1, num/6 + 0.5))", {}},
+     [](ExprContext &c, A a) { return c.mul(a[0], hardsigmoid(c, a[0])); }},
+    {{"gelu_tanh", FormulaMode::Activation, "0.5*num*(1 + tanh(sqrt(2/pi)*(num + 0.044715*num**3)))", {}},
+     [](ExprContext &c, A a) {
+       // 0.5*(1 + tanh(y)) = sigmoid(2y): the same value without cancellation for y << 0.
+       Expr cube = c.mul(c.mul(a[0], a[0]), a[0]);
+       Expr inner = c.mul(n(c, 2 * 0.7978845608028654), c.add(a[0], c.mul(n(c, 0.044715), cube)));
+       return c.mul(a[0], c.call(Op::Sigmoid, inner));
+     }},
+    {{"log_sigmoid", FormulaMode::Activation, "-log(1 + exp(-num))", {}},
+     [](ExprContext &c, A a) { return c.neg(c.call(Op::Softplus, c.neg(a[0]))); }},
+
+    {{"mse", FormulaMode::Loss, "(y_pred - y_true)**2", {}},
+     [](ExprContext &c, A a) { Expr d = diff(c, a); return c.mul(d, d); }},
+    {{"mae", FormulaMode::Loss, "Abs(y_pred - y_true)", {}}, [](ExprContext &c, A a) { return c.call(Op::Abs, diff(c, a)); }},
+    {{"huber", FormulaMode::Loss,
+      "Piecewise((0.5*(y_pred - y_true)**2, Abs(y_pred - y_true) <= delta), "
+      "(delta*(Abs(y_pred - y_true) - 0.5*delta), True))",
+      {{"delta", 1.0}}},
+     [](ExprContext &c, A a) {
+       Expr d = diff(c, a), ad = c.call(Op::Abs, d), delta = c.param("delta");
+       return pw(c, c.mul(n(c, 0.5), c.mul(d, d)), c.make(Op::Le, {ad, delta}),
+                 c.mul(delta, c.sub(ad, c.mul(n(c, 0.5), delta))));
+     }},
+    {{"bce", FormulaMode::Loss, "-(y_true*log(y_pred + eps) + (1 - y_true)*log(1 - y_pred + eps))", {{"eps", 1e-7}}},
+     [](ExprContext &c, A a) {
+       Expr eps = c.param("eps");
+       Expr t1 = c.mul(a[1], c.call(Op::Log, c.add(a[0], eps)));
+       Expr t2 = c.mul(c.sub(n(c, 1), a[1]), c.call(Op::Log, c.add(c.sub(n(c, 1), a[0]), eps)));
+       return c.neg(c.add(t1, t2));
+     }},
+    {{"log_cosh", FormulaMode::Loss, "log(cosh(y_pred - y_true))", {}},
+     [](ExprContext &c, A a) {
+       // |d| + softplus(-2|d|) - log(2): cosh overflows past 710, this does not.
+       Expr ad = c.call(Op::Abs, diff(c, a));
+       return c.sub(c.add(ad, c.call(Op::Softplus, c.mul(n(c, -2), ad))), n(c, 0.6931471805599453));
+     }},
+    {{"smooth_l1", FormulaMode::Loss,
+      "Piecewise((0.5*(y_pred - y_true)**2/beta, Abs(y_pred - y_true) < beta), (Abs(y_pred - y_true) - 0.5*beta, True))",
+      {{"beta", 1.0}}},
+     [](ExprContext &c, A a) {
+       Expr d = diff(c, a), ad = c.call(Op::Abs, d), beta = c.param("beta");
+       return pw(c, c.div(c.mul(n(c, 0.5), c.mul(d, d)), beta), c.make(Op::Lt, {ad, beta}),
+                 c.sub(ad, c.mul(n(c, 0.5), beta)));
+     }},
+    {{"bce_with_logits", FormulaMode::Loss, "log(1 + exp(y_pred)) - y_true*y_pred", {}},
+     [](ExprContext &c, A a) { return c.sub(c.call(Op::Softplus, a[0]), c.mul(a[1], a[0])); }},
+    {{"poisson_nll", FormulaMode::Loss, "exp(y_pred) - y_true*y_pred", {}},
+     [](ExprContext &c, A a) { return c.sub(c.call(Op::Exp, a[0]), c.mul(a[1], a[0])); }},
+};
+
+std::vector<BuiltinInfo> makeInfos() {
+  std::vector<BuiltinInfo> out;
+  for (const BuiltinDef &d : kBuiltins)
+    out.push_back(d.info);
+  return out;
+}
+
+} // namespace
+
+const BuiltinDef *findBuiltin(std::string_view name) {
+  for (const BuiltinDef &d : kBuiltins)
+    if (d.info.name == name)
+      return &d;
+  return nullptr;
+}
+
+std::span<const BuiltinDef> builtinDefs() { return kBuiltins; }
+
+} // namespace hsnn::detail
+
+namespace hsnn {
+std::span<const BuiltinInfo> builtins() {
+  static const std::vector<BuiltinInfo> infos = detail::makeInfos();
+  return infos;
+}
+} // namespace hsnn

@@ -1,0 +1,285 @@
+//===- lib/Expr/Context.cpp - Interning and the IEEE-exact builder folds ---===//
+#include "hsnn/Expr.h"
+
+#include "OpTable.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+namespace hsnn {
+
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) {
+  // splitmix64-style finalizer over a running combination.
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 29;
+  return h;
+}
+uint64_t hashString(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : s)
+    h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+uint64_t bitsOf(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+bool sameNode(const Node &a, const Node &b) {
+  if (a.op() != b.op() || a.numArgs() != b.numArgs())
+    return false;
+  switch (a.op()) {
+  case Op::Number:
+    return bitsOf(a.number()) == bitsOf(b.number());
+  case Op::Var:
+    return a.variable() == b.variable();
+  case Op::Param:
+    return a.paramName() == b.paramName();
+  default:
+    for (size_t i = 0; i < a.numArgs(); ++i)
+      if (a.arg(i) != b.arg(i))
+        return false;
+    return true;
+  }
+}
+} // namespace
+
+std::string_view variableName(Variable v) {
+  switch (v) {
+  case Variable::Num:
+    return "num";
+  case Variable::YPred:
+    return "y_pred";
+  case Variable::YTrue:
+    return "y_true";
+  }
+  return "?";
+}
+
+struct ExprContext::Impl {
+  std::mutex mutex;
+  std::deque<Node> nodes; // deque: node addresses never move
+  std::unordered_multimap<uint64_t, const Node *> table;
+};
+
+ExprContext::ExprContext() : impl_(std::make_unique<Impl>()) {}
+ExprContext::~ExprContext() = default;
+
+size_t ExprContext::size() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->nodes.size();
+}
+
+Expr ExprContext::intern(Node &&n) {
+  uint64_t h = mix(0, uint64_t(n.op_));
+  uint32_t depth = 0;
+  switch (n.op_) {
+  case Op::Number:
+    h = mix(h, bitsOf(n.number_));
+    break;
+  case Op::Var:
+    h = mix(h, uint64_t(n.variable_));
+    break;
+  case Op::Param:
+    h = mix(h, hashString(n.name_));
+    break;
+  default:
+    for (const Node *a : n.args_) {
+      h = mix(h, a->hash());
+      depth = std::max(depth, a->depth());
+    }
+  }
+  n.hash_ = h;
+  n.depth_ = depth + 1;
+
+  std::lock_guard lock(impl_->mutex);
+  auto [lo, hi] = impl_->table.equal_range(h);
+  for (auto it = lo; it != hi; ++it)
+    if (sameNode(*it->second, n))
+      return it->second;
+  const Node *stored = &impl_->nodes.emplace_back(std::move(n));
+  impl_->table.emplace(h, stored);
+  return stored;
+}
+
+Expr ExprContext::number(double value) {
+  assert(std::isfinite(value) && "numbers in expressions are finite");
+  Node n;
+  n.op_ = Op::Number;
+  n.number_ = value;
+  return intern(std::move(n));
+}
+
+Expr ExprContext::variable(Variable v) {
+  Node n;
+  n.op_ = Op::Var;
+  n.variable_ = v;
+  return intern(std::move(n));
+}
+
+Expr ExprContext::param(std::string_view name) {
+  Node n;
+  n.op_ = Op::Param;
+  n.name_ = std::string(name);
+  return intern(std::move(n));
+}
+
+Expr ExprContext::boolean(bool value) {
+  Node n;
+  n.op_ = value ? Op::True : Op::False;
+  return intern(std::move(n));
+}
+
+Expr ExprContext::make(Op op, std::span<const Expr> args) {
+  const OpInfo &info = opInfo(op);
+  assert((info.arity < 0 ? args.size() % 2 == 1 : int(args.size()) == info.arity) && "wrong arity");
+  assert(info.syntax != OpSyntax::Leaf && "use number()/variable()/param()/boolean() for leaves");
+
+  // Exact constant folding: every operand a number (conditions: True/False).
+  bool allConst = !args.empty();
+  for (Expr a : args)
+    allConst &= a->isNumber() || a->op() == Op::True || a->op() == Op::False;
+  if (allConst && op != Op::Piecewise) {
+    double vals[2];
+    for (size_t i = 0; i < args.size(); ++i)
+      vals[i] = args[i]->isNumber() ? args[i]->number() : args[i]->op() == Op::True;
+    double r = detail::evalScalar(op, std::span<const double>(vals, args.size()));
+    if (info.isBool)
+      return boolean(r != 0);
+    if (std::isfinite(r))
+      return number(r);
+  }
+
+  Expr a = args.empty() ? nullptr : args[0];
+  Expr b = args.size() > 1 ? args[1] : nullptr;
+  switch (op) {
+  case Op::Neg:
+    if (a->op() == Op::Neg)
+      return a->arg(0);
+    break;
+  case Op::Mul:
+    if (b->isNumber(1))
+      return a;
+    if (a->isNumber(1))
+      return b;
+    if (a->isNumber(-1))
+      return make(Op::Neg, {b});
+    if (b->isNumber(-1))
+      return make(Op::Neg, {a});
+    break;
+  case Op::Div:
+  case Op::Pow:
+    if (b->isNumber(1))
+      return a;
+    break;
+  case Op::Sub:
+    // x - (+0) is x for every x, -0 included; x + 0 is not (-0 + 0 = +0).
+    if (b->isNumber() && b->number() == 0 && !std::signbit(b->number()))
+      return a;
+    break;
+  case Op::Max:
+  case Op::Min: {
+    if (a == b)
+      return a;
+    // Canonical order: numbers first, then by structure, so Max(x, 0) and
+    // Max(0, x) are one node and share the tie rule.
+    bool swap = b->isNumber() != a->isNumber() ? b->isNumber() : compareStructure(a, b) > 0;
+    if (swap) {
+      Node n;
+      n.op_ = op;
+      n.args_ = {b, a};
+      return intern(std::move(n));
+    }
+    break;
+  }
+  case Op::Not:
+    if (a->op() == Op::Not)
+      return a->arg(0);
+    break;
+  case Op::And:
+  case Op::Or: {
+    // True/False absorb or vanish; NaN cannot reach a truth value.
+    bool isAnd = op == Op::And;
+    for (int i = 0; i < 2; ++i) {
+      Expr x = args[i], y = args[1 - i];
+      if (x->op() == (isAnd ? Op::True : Op::False))
+        return y;
+      if (x->op() == (isAnd ? Op::False : Op::True))
+        return x;
+    }
+    if (a == b)
+      return a;
+    break;
+  }
+  case Op::Piecewise: {
+    // Drop branches whose condition is False; a True condition ends the list.
+    std::vector<Expr> kept;
+    for (size_t i = 0; i + 1 < args.size(); i += 2) {
+      if (args[i + 1]->op() == Op::False)
+        continue;
+      if (args[i + 1]->op() == Op::True) {
+        kept.push_back(args[i]);
+        goto done;
+      }
+      kept.push_back(args[i]);
+      kept.push_back(args[i + 1]);
+    }
+    kept.push_back(args.back());
+  done:
+    // Trailing branches equal to the default are redundant.
+    while (kept.size() >= 3 && kept[kept.size() - 3] == kept.back()) {
+      Expr last = kept.back();
+      kept.resize(kept.size() - 3);
+      kept.push_back(last);
+    }
+    if (kept.size() == 1)
+      return kept[0];
+    Node n;
+    n.op_ = op;
+    n.args_ = std::move(kept);
+    return intern(std::move(n));
+  }
+  default:
+    break;
+  }
+
+  Node n;
+  n.op_ = op;
+  n.args_.assign(args.begin(), args.end());
+  return intern(std::move(n));
+}
+
+int compareStructure(Expr a, Expr b) {
+  if (a == b)
+    return 0;
+  if (a->hash() != b->hash())
+    return a->hash() < b->hash() ? -1 : 1;
+  // Equal hashes of different nodes: settle it by structure (rare).
+  if (a->op() != b->op())
+    return a->op() < b->op() ? -1 : 1;
+  switch (a->op()) {
+  case Op::Number:
+    return a->number() < b->number() ? -1 : a->number() > b->number() ? 1 : 0;
+  case Op::Var:
+    return int(a->variable()) - int(b->variable());
+  case Op::Param:
+    return a->paramName().compare(b->paramName());
+  default:
+    if (a->numArgs() != b->numArgs())
+      return a->numArgs() < b->numArgs() ? -1 : 1;
+    for (size_t i = 0; i < a->numArgs(); ++i)
+      if (int c = compareStructure(a->arg(i), b->arg(i)))
+        return c;
+    return 0;
+  }
+}
+
+} // namespace hsnn

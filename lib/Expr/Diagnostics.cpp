@@ -1,0 +1,80 @@
+//===- lib/Expr/Diagnostics.cpp - Rendering errors; binding constants -----===//
+#include "hsnn/Formula.h"
+
+#include "Names.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+namespace hsnn {
+
+std::string Diagnostic::render() const {
+  std::string out = node >= 0 ? fmt::format("node {}: error: {}", node, message) : fmt::format("error: {}", message);
+  if (formula.empty())
+    return out;
+  out += fmt::format("\n  {}", formula);
+  if (column > 0) {
+    out += "\n  " + std::string(column - 1, ' ') + "^";
+    if (length > 1)
+      out += std::string(length - 1, '~');
+  }
+  return out;
+}
+
+std::string renderDiagnostics(const std::vector<Diagnostic> &diags) {
+  std::string out;
+  for (const Diagnostic &d : diags) {
+    if (!out.empty())
+      out += '\n';
+    out += d.render();
+  }
+  return out;
+}
+
+Error toError(const std::vector<Diagnostic> &diags) { return Error(ErrorCode::InvalidFormula, renderDiagnostics(diags)); }
+
+std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
+                                                           const std::map<std::string, double> &given, int node) {
+  auto diag = [&](size_t column, size_t length, std::string message) {
+    Diagnostic d;
+    d.node = node;
+    d.column = column;
+    d.length = length ? length : 1;
+    d.message = std::move(message);
+    d.formula = formula.text;
+    return d;
+  };
+  auto column = [&](const std::string &name) {
+    auto it = formula.firstUse.find(name);
+    return it == formula.firstUse.end() ? size_t(0) : it->second;
+  };
+  auto needed = [&](const std::string &name) {
+    return std::binary_search(formula.constants.begin(), formula.constants.end(), name);
+  };
+
+  for (const auto &[name, value] : given) {
+    if (isReservedName(name))
+      return diag(0, 0, fmt::format("'{}' is a reserved name and cannot be a constant", name));
+    if (!needed(name)) {
+      std::string near = detail::nearestName(name, formula.constants);
+      return diag(0, 0,
+                  near.empty() ? fmt::format("constant '{}' is not used by the formula", name)
+                               : fmt::format("constant '{}' is not used by the formula; did you mean '{}'?", name, near));
+    }
+    if (!std::isfinite(value))
+      return diag(column(name), name.size(), fmt::format("constant '{}' is {}; constants must be finite", name, value));
+  }
+  std::vector<double> values;
+  for (const std::string &name : formula.constants) {
+    if (auto it = given.find(name); it != given.end())
+      values.push_back(it->second);
+    else if (auto d = formula.defaults.find(name); d != formula.defaults.end())
+      values.push_back(d->second);
+    else
+      return diag(column(name), name.size(), fmt::format("missing constant '{}': give it a value", name));
+  }
+  return values;
+}
+
+} // namespace hsnn

@@ -1,0 +1,101 @@
+//===- lib/Expr/Names.cpp - Function names, aliases and near-miss hints ---===//
+#include "Names.h"
+
+#include "Builtins.h"
+
+#include <algorithm>
+#include <numbers>
+
+namespace hsnn::detail {
+
+std::optional<Callable> findCallable(std::string_view name) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo &info = opInfo(Op(i));
+    if (info.syntax == OpSyntax::Call && info.spelling == name)
+      return Callable{CallKind::Op, Op(i)};
+  }
+  struct Alias {
+    std::string_view name;
+    Callable callable;
+  };
+  static const Alias aliases[] = {
+      {"max", {CallKind::Op, Op::Max}},     {"min", {CallKind::Op, Op::Min}},
+      {"abs", {CallKind::Op, Op::Abs}},     {"ln", {CallKind::Op, Op::Log}},
+      {"ceil", {CallKind::Op, Op::Ceiling}}, {"And", {CallKind::And}},
+      {"Or", {CallKind::Or}},               {"Not", {CallKind::Not}},
+  };
+  for (const Alias &a : aliases)
+    if (a.name == name)
+      return a.callable;
+  if (findBuiltin(name))
+    return Callable{CallKind::Builtin};
+  return std::nullopt;
+}
+
+std::optional<double> findNamedNumber(std::string_view name) {
+  if (name == "E" || name == "e")
+    return std::numbers::e;
+  if (name == "pi")
+    return std::numbers::pi;
+  if (name == "tau")
+    return 2 * std::numbers::pi;
+  if (name == "phi")
+    return std::numbers::phi;
+  return std::nullopt;
+}
+
+const std::vector<std::string> &knownNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (int i = 0; i < kNumOps; ++i)
+      if (opInfo(Op(i)).syntax == OpSyntax::Call)
+        v.emplace_back(opInfo(Op(i)).spelling);
+    for (const char *s : {"max", "min", "abs", "ln", "ceil", "And", "Or", "Not"})
+      v.emplace_back(s);
+    for (const BuiltinDef &b : builtinDefs())
+      v.emplace_back(b.info.name);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  }();
+  return names;
+}
+
+namespace {
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+} // namespace
+
+std::string nearestName(std::string_view name, const std::vector<std::string> &candidates) {
+  // Case-insensitive matches (Tanh, MAX) first, then at most 2 edits.
+  for (const std::string &c : candidates)
+    if (c.size() == name.size() &&
+        std::equal(c.begin(), c.end(), name.begin(), [](char x, char y) { return std::tolower(x) == std::tolower(y); }))
+      return c;
+  // Allow one edit per three characters: "sigmod" finds sigmoid, "foo" finds nothing.
+  size_t best = std::max<size_t>(1, name.size() / 3) + 1;
+  std::string bestName;
+  for (const std::string &c : candidates) {
+    size_t d = editDistance(name, c);
+    if (d < best && d < c.size()) {
+      best = d;
+      bestName = c;
+    }
+  }
+  return bestName;
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,28 @@
+//===- lib/Expr/Names.h - The formula language's vocabulary -----*- C++ -*-===//
+#pragma once
+
+#include "hsnn/Expr.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hsnn::detail {
+
+/// What a callable name means to the parser.
+enum class CallKind { Op, And, Or, Not, Builtin };
+struct Callable {
+  CallKind kind;
+  Op op = Op::Number; ///< For CallKind::Op.
+};
+
+std::optional<Callable> findCallable(std::string_view name);
+/// Named numbers: E, e, pi, tau, phi.
+std::optional<double> findNamedNumber(std::string_view name);
+/// Every name a user could have meant, for "did you mean" hints.
+const std::vector<std::string> &knownNames();
+/// The closest known name within a small edit distance, or "".
+std::string nearestName(std::string_view name, const std::vector<std::string> &candidates);
+
+} // namespace hsnn::detail

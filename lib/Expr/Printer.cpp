@@ -1,0 +1,167 @@
+//===- lib/Expr/Printer.cpp - Expressions to SymPy-syntax text ------------===//
+//
+// Parenthesizes by precedence so that the text parses back to the same node:
+// left-associative operators parenthesize a right operand of equal
+// precedence, `**` a left one. Numbers use the shortest text that reads back
+// to the same double.
+//===----------------------------------------------------------------------===//
+#include "hsnn/Formula.h"
+
+#include <charconv>
+#include <cmath>
+#include <fmt/format.h>
+
+namespace hsnn {
+namespace {
+
+constexpr size_t kMaxPrintedLength = size_t(1) << 20;
+struct TooLong {};
+
+enum Prec { POr = 1, PAnd, PNot, PCompare, PAdd, PMul, PUnary, PPow, PAtom };
+
+int precedence(Expr e) {
+  switch (e->op()) {
+  case Op::Number:
+    return std::signbit(e->number()) ? PUnary : PAtom;
+  case Op::Add:
+  case Op::Sub:
+    return PAdd;
+  case Op::Mul:
+  case Op::Div:
+    return PMul;
+  case Op::Pow:
+    return PPow;
+  case Op::Neg:
+    return PUnary;
+  case Op::And:
+    return PAnd;
+  case Op::Or:
+    return POr;
+  case Op::Not:
+    return PNot;
+  default:
+    return opInfo(e->op()).syntax == OpSyntax::Compare ? PCompare : PAtom;
+  }
+}
+
+class Printer {
+public:
+  std::string out;
+
+  void print(Expr e, int minPrec = 0) {
+    if (out.size() > kMaxPrintedLength)
+      throw TooLong{};
+    bool parens = precedence(e) < minPrec;
+    if (parens)
+      out += '(';
+    printBare(e);
+    if (parens)
+      out += ')';
+  }
+
+private:
+  void printBare(Expr e) {
+    const OpInfo &info = opInfo(e->op());
+    switch (e->op()) {
+    case Op::Number: {
+      char buf[32];
+      auto r = std::to_chars(buf, buf + sizeof buf, e->number());
+      out.append(buf, r.ptr);
+      return;
+    }
+    case Op::Var:
+      out += variableName(e->variable());
+      return;
+    case Op::Param:
+      out += e->paramName();
+      return;
+    case Op::True:
+    case Op::False:
+      out += info.spelling;
+      return;
+    case Op::Neg:
+      out += '-';
+      print(e->arg(0), PUnary);
+      return;
+    case Op::Not:
+      out += '~';
+      printCondition(e->arg(0));
+      return;
+    case Op::And:
+    case Op::Or:
+      printCondition(e->arg(0));
+      out += e->op() == Op::And ? " & " : " | ";
+      printCondition(e->arg(1));
+      return;
+    case Op::Piecewise: {
+      out += "Piecewise(";
+      auto args = e->args();
+      for (size_t i = 0; i < args.size(); i += 2) {
+        out += i ? ", (" : "(";
+        print(args[i]);
+        out += ", ";
+        if (i + 1 < args.size())
+          print(args[i + 1]);
+        else
+          out += "True";
+        out += ')';
+      }
+      out += ')';
+      return;
+    }
+    default:
+      break;
+    }
+    switch (info.syntax) {
+    case OpSyntax::Infix: {
+      int p = precedence(e);
+      bool pow = e->op() == Op::Pow;
+      print(e->arg(0), pow ? PAtom : p);
+      out += pow ? "**" : e->op() == Op::Add ? " + " : e->op() == Op::Sub ? " - " : info.spelling;
+      print(e->arg(1), pow ? PUnary : p + 1);
+      return;
+    }
+    case OpSyntax::Compare:
+      print(e->arg(0), PAdd);
+      out += fmt::format(" {} ", info.spelling);
+      print(e->arg(1), PAdd);
+      return;
+    default:
+      out += info.spelling;
+      out += '(';
+      for (size_t i = 0; i < e->numArgs(); ++i) {
+        if (i)
+          out += ", ";
+        print(e->arg(i));
+      }
+      out += ')';
+      return;
+    }
+  }
+
+  // Python binds & tighter than comparisons, so a SymPy reader needs the
+  // parentheses even though hsnn's parser does not.
+  void printCondition(Expr c) {
+    if (c->op() == Op::True || c->op() == Op::False) {
+      print(c);
+      return;
+    }
+    out += '(';
+    print(c);
+    out += ')';
+  }
+};
+
+} // namespace
+
+std::string print(Expr e) {
+  Printer p;
+  try {
+    p.print(e);
+  } catch (TooLong &) {
+    return fmt::format("<expression too large to print (over {} characters)>", kMaxPrintedLength);
+  }
+  return std::move(p.out);
+}
+
+} // namespace hsnn

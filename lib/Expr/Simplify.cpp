@@ -1,0 +1,138 @@
+//===- lib/Expr/Simplify.cpp - IEEE-safe and numerically stable rewrites --===//
+//
+// A bottom-up mutator: children first, then rules at the node until none
+// applies. The builder already did the folds that are exact for all inputs;
+// the rules here trade a formula for a better-conditioned equal one.
+//===----------------------------------------------------------------------===//
+#include "hsnn/Formula.h"
+
+#include <unordered_map>
+
+namespace hsnn {
+namespace {
+
+bool isOne(Expr e) { return e->isNumber(1); }
+
+// u when e is exp(u) (or nullptr).
+Expr expArg(Expr e) { return e->op() == Op::Exp ? e->arg(0) : nullptr; }
+
+// v when e is 1 + v or v + 1.
+Expr onePlus(Expr e) {
+  if (e->op() != Op::Add)
+    return nullptr;
+  if (isOne(e->arg(0)))
+    return e->arg(1);
+  if (isOne(e->arg(1)))
+    return e->arg(0);
+  return nullptr;
+}
+
+// u when e is 1 + exp(-u).
+Expr onePlusExpNeg(Expr e) {
+  Expr v = onePlus(e);
+  Expr u = v ? expArg(v) : nullptr;
+  if (!u)
+    return nullptr;
+  if (u->op() == Op::Neg)
+    return u->arg(0);
+  return nullptr;
+}
+
+class Simplifier {
+public:
+  Simplifier(ExprContext &ctx, const SimplifyOptions &opt) : ctx_(ctx), opt_(opt) {}
+
+  Expr run(Expr e) {
+    if (auto it = memo_.find(e); it != memo_.end())
+      return it->second;
+    Expr r = e;
+    if (e->numArgs()) {
+      std::vector<Expr> args;
+      bool changed = false;
+      for (Expr a : e->args()) {
+        args.push_back(run(a));
+        changed |= args.back() != a;
+      }
+      if (changed)
+        r = ctx_.make(e->op(), args);
+    }
+    for (int i = 0; i < 8; ++i) { // each rule shrinks or stabilizes; 8 is ample
+      Expr next = rewrite(r);
+      if (next == r)
+        break;
+      r = next != r && next->numArgs() ? runChildren(next) : next;
+    }
+    memo_[e] = r;
+    return r;
+  }
+
+private:
+  Expr runChildren(Expr e) {
+    std::vector<Expr> args;
+    for (Expr a : e->args())
+      args.push_back(run(a));
+    return ctx_.make(e->op(), args);
+  }
+
+  Expr rewrite(Expr e) {
+    Expr a = e->numArgs() > 0 ? e->arg(0) : nullptr;
+    Expr b = e->numArgs() > 1 ? e->arg(1) : nullptr;
+    switch (e->op()) {
+    case Op::Log: {
+      Expr v = onePlus(a);
+      if (v && expArg(v)) // log(1 + exp(u)) -> softplus(u)
+        return ctx_.call(Op::Softplus, expArg(v));
+      if (v) // log(1 + u) -> log1p(u)
+        return ctx_.call(Op::Log1p, v);
+      if (expArg(a)) // log(exp(u)) -> u, also right at +-inf
+        return expArg(a);
+      break;
+    }
+    case Op::Div:
+      if (Expr u = onePlusExpNeg(b)) // v/(1 + exp(-u)) -> v*sigmoid(u)
+        return isOne(a) ? ctx_.call(Op::Sigmoid, u) : ctx_.mul(a, ctx_.call(Op::Sigmoid, u));
+      if (opt_.fast && a == b)
+        return ctx_.number(1);
+      break;
+    case Op::Sub:
+      if (isOne(b) && expArg(a)) // exp(u) - 1 -> expm1(u)
+        return ctx_.call(Op::Expm1, expArg(a));
+      if (opt_.fast && a == b)
+        return ctx_.number(0);
+      if (opt_.fast && a->isNumber(0))
+        return ctx_.neg(b);
+      break;
+    case Op::Add:
+      if (b->isNumber(-1) && expArg(a)) // exp(u) + -1 -> expm1(u)
+        return ctx_.call(Op::Expm1, expArg(a));
+      if (opt_.fast && b->isNumber(0))
+        return a;
+      if (opt_.fast && a->isNumber(0))
+        return b;
+      break;
+    case Op::Pow:
+      if (b->isNumber(2)) // one rounding, no libm call
+        return ctx_.mul(a, a);
+      if (b->isNumber(-1))
+        return ctx_.div(ctx_.number(1), a);
+      break;
+    case Op::Mul:
+      if (opt_.fast && (a->isNumber(0) || b->isNumber(0)))
+        return ctx_.number(0);
+      break;
+    default:
+      break;
+    }
+    return e;
+  }
+
+  ExprContext &ctx_;
+  SimplifyOptions opt_;
+  std::unordered_map<Expr, Expr> memo_;
+};
+
+} // namespace
+
+Expr simplify(ExprContext &ctx, Expr e, const SimplifyOptions &options) { return Simplifier(ctx, options).run(e); }
+
+} // namespace hsnn

@@ -1,0 +1,49 @@
+//===- lib/Program/Interpreter.h - Running tapes over arrays ----*- C++ -*-===//
+//
+// The fallback engine and the oracle for every compiled path. Each
+// instruction runs over a block of elements at a time (a tight loop through
+// the op table's block evaluator), never a tree walk per element; blocks are
+// spread over threads with TBB.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Program.h"
+
+#include "hsnn/Layer.h"
+
+namespace hsnn::detail {
+
+inline constexpr size_t kBlock = 512;
+
+/// Runs `p` over n <= kBlock elements. `vars[v]` points at the n values of
+/// variable v (unused ones may be null); `params` at the node's constants;
+/// `outs[k]` receives root k.
+template <class T> void runBlock(const Program &p, const T *const vars[3], const double *params, T *const *outs, size_t n);
+
+enum class ActivationKernel { Forward, Backward, Fused };
+
+/// What an activation kernel needs: each node's program (for that kernel
+/// kind) and the layer's constants.
+struct ActivationPlan {
+  std::vector<const Program *> nodeProgram;
+  const double *params = nullptr;
+  const uint64_t *offsets = nullptr;
+  Layout layout = Layout::NodesMajor;
+};
+
+/// Forward: out0 = f(z). Backward: out0 = err * f'(z). Fused: out0 = f(z), out1 = f'(z).
+template <class T>
+void interpretActivation(const ActivationPlan &plan, ActivationKernel kind, const T *z, const T *err, T *out0, T *out1,
+                         size_t batch);
+
+enum class LossKernel { Elements, Reduce, Gradient, Fused };
+
+/// Elements: out = l. Reduce: returns the sum of l. Gradient: grad = scale*g.
+/// Fused: grad = scale*g and returns the sum of l. `p` holds the roots that
+/// kind needs: [l], [l], [g], [l, g]. Sums are in double in a fixed order.
+template <class T>
+double interpretLoss(const Program &p, LossKernel kind, const double *params, const T *yPred, const T *yTrue, T *out,
+                     T scale, size_t n);
+
+} // namespace hsnn::detail

@@ -1,0 +1,67 @@
+//===- lib/Program/Program.cpp - Lowering the DAG to a tape ---------------===//
+#include "Program.h"
+
+#include <algorithm>
+#include <cassert>
+#include <unordered_map>
+
+namespace hsnn::detail {
+
+Program Program::lower(std::span<const Expr> roots, std::span<const std::string> constants) {
+  Program p;
+  std::unordered_map<Expr, uint32_t> slotOf;
+  // Iterative post-order: derivative DAGs can be deeper than the C++ stack likes.
+  struct Frame {
+    Expr e;
+    size_t next;
+  };
+  for (Expr root : roots) {
+    std::vector<Frame> stack{{root, 0}};
+    while (!stack.empty()) {
+      Frame &f = stack.back();
+      if (slotOf.count(f.e)) {
+        stack.pop_back();
+        continue;
+      }
+      if (f.next < f.e->numArgs()) {
+        Expr child = f.e->arg(f.next++);
+        if (!slotOf.count(child))
+          stack.push_back({child, 0});
+        continue;
+      }
+      Instr in;
+      in.op = f.e->op();
+      switch (in.op) {
+      case Op::Number:
+        in.number = f.e->number();
+        break;
+      case Op::True:
+      case Op::False:
+        in.op = Op::Number;
+        in.number = f.e->op() == Op::True;
+        break;
+      case Op::Var:
+        in.var = f.e->variable();
+        break;
+      case Op::Param: {
+        auto it = std::find(constants.begin(), constants.end(), f.e->paramName());
+        assert(it != constants.end() && "constant missing from the node's list");
+        in.param = uint32_t(it - constants.begin());
+        break;
+      }
+      default:
+        in.argBegin = uint32_t(p.args.size());
+        in.numArgs = uint32_t(f.e->numArgs());
+        for (Expr a : f.e->args())
+          p.args.push_back(slotOf.at(a));
+      }
+      slotOf[f.e] = uint32_t(p.code.size());
+      p.code.push_back(in);
+      stack.pop_back();
+    }
+    p.outputs.push_back(slotOf.at(root));
+  }
+  return p;
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,174 @@
+//===- lib/Runtime/ActivationLayer.cpp - Per-node formulas as one layer ---===//
+#include "hsnn/Formula.h"
+#include "hsnn/Layer.h"
+
+#include "../Program/Interpreter.h"
+#include "RunGuard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <fmt/format.h>
+#include <unordered_map>
+
+namespace hsnn {
+
+using detail::ActivationKernel;
+using detail::ActivationPlan;
+using detail::Program;
+
+struct ActivationLayer::Impl {
+  struct Group {
+    Formula formula;
+    Expr derivative = nullptr;
+    Program programs[3]; // indexed by ActivationKernel
+  };
+  std::shared_ptr<ExprContext> ctx = std::make_shared<ExprContext>();
+  std::deque<Group> groups; // deque: plans point into it
+  std::vector<uint32_t> nodeGroup;
+  std::vector<double> params;
+  std::vector<uint64_t> offsets;
+  LayerOptions options;
+  Method method = Method::CpuInterp;
+  RunGuard guard;
+  ActivationPlan plans[3];
+
+  template <class T> Error run(ActivationKernel kind, const T *z, const T *err, T *out0, T *out1, size_t batch) const {
+    constexpr DType want = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+    if (options.dtype != want)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("layer was compiled for {}, called with {} arrays", toString(options.dtype), toString(want)));
+    if (Error e = guard.checkSize(nodeGroup.size(), batch))
+      return e;
+    if (batch && (!z || !out0 || (kind == ActivationKernel::Backward && !err) || (kind == ActivationKernel::Fused && !out1)))
+      return Error(ErrorCode::InvalidArgument, "null array pointer with a non-empty batch");
+    return guard.run([&] { detail::interpretActivation<T>(plans[size_t(kind)], kind, z, err, out0, out1, batch); });
+  }
+
+  Expected<size_t> constantIndex(size_t node, std::string_view name) const {
+    if (node >= nodeGroup.size())
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("node {} is out of range; the layer has {} nodes", node, nodeGroup.size()));
+    const auto &names = groups[nodeGroup[node]].formula.constants;
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end())
+      return Error(ErrorCode::InvalidArgument,
+                   names.empty() ? fmt::format("node {} has no constants (asked for '{}')", node, name)
+                                 : fmt::format("node {} has no constant '{}'; it has: {}", node, name, fmt::join(names, ", ")));
+    return size_t(offsets[node] + (it - names.begin()));
+  }
+};
+
+Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  if (nodes.empty())
+    return Error(ErrorCode::InvalidArgument, "a layer needs at least one node");
+  if (Error e = impl->guard.configure(options.threads))
+    return e;
+
+  std::vector<Diagnostic> diags;
+  std::unordered_map<Expr, uint32_t> groupOf;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto parsed = parseFormulaDetailed(*impl->ctx, nodes[i].formula, {FormulaMode::Activation, int(i)});
+    if (auto *d = std::get_if<Diagnostic>(&parsed)) {
+      diags.push_back(std::move(*d));
+      continue;
+    }
+    Formula &f = std::get<Formula>(parsed);
+    auto bound = bindConstants(f, nodes[i].constants, int(i));
+    if (auto *d = std::get_if<Diagnostic>(&bound)) {
+      diags.push_back(std::move(*d));
+      continue;
+    }
+    auto [it, fresh] = groupOf.try_emplace(f.expr, uint32_t(impl->groups.size()));
+    if (fresh) {
+      Impl::Group g;
+      g.formula = std::move(f);
+      impl->groups.push_back(std::move(g));
+    }
+    impl->nodeGroup.push_back(it->second);
+    impl->offsets.push_back(impl->params.size());
+    auto &values = std::get<std::vector<double>>(bound);
+    impl->params.insert(impl->params.end(), values.begin(), values.end());
+  }
+  if (!diags.empty())
+    return toError(diags);
+
+  for (Impl::Group &g : impl->groups) {
+    g.derivative = differentiate(*impl->ctx, g.formula.expr, Variable::Num);
+    Expr both[] = {g.formula.expr, g.derivative};
+    g.programs[size_t(ActivationKernel::Forward)] = Program::lower({both, 1}, g.formula.constants);
+    g.programs[size_t(ActivationKernel::Backward)] = Program::lower({both + 1, 1}, g.formula.constants);
+    g.programs[size_t(ActivationKernel::Fused)] = Program::lower(both, g.formula.constants);
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    ActivationPlan &plan = impl->plans[k];
+    for (uint32_t g : impl->nodeGroup)
+      plan.nodeProgram.push_back(&impl->groups[g].programs[k]);
+    plan.params = impl->params.data();
+    plan.offsets = impl->offsets.data();
+    plan.layout = options.layout;
+  }
+  return ActivationLayer(std::move(impl));
+}
+
+size_t ActivationLayer::numNodes() const { return impl_->nodeGroup.size(); }
+DType ActivationLayer::dtype() const { return impl_->options.dtype; }
+Layout ActivationLayer::layout() const { return impl_->options.layout; }
+Method ActivationLayer::method() const { return impl_->method; }
+size_t ActivationLayer::numDistinctFormulas() const { return impl_->groups.size(); }
+
+Error ActivationLayer::forward(const float *z, float *a, size_t batch) const {
+  return impl_->run<float>(ActivationKernel::Forward, z, nullptr, a, nullptr, batch);
+}
+Error ActivationLayer::forward(const double *z, double *a, size_t batch) const {
+  return impl_->run<double>(ActivationKernel::Forward, z, nullptr, a, nullptr, batch);
+}
+Error ActivationLayer::backward(const float *z, const float *err, float *delta, size_t batch) const {
+  return impl_->run<float>(ActivationKernel::Backward, z, err, delta, nullptr, batch);
+}
+Error ActivationLayer::backward(const double *z, const double *err, double *delta, size_t batch) const {
+  return impl_->run<double>(ActivationKernel::Backward, z, err, delta, nullptr, batch);
+}
+Error ActivationLayer::fused(const float *z, float *a, float *dfdz, size_t batch) const {
+  return impl_->run<float>(ActivationKernel::Fused, z, nullptr, a, dfdz, batch);
+}
+Error ActivationLayer::fused(const double *z, double *a, double *dfdz, size_t batch) const {
+  return impl_->run<double>(ActivationKernel::Fused, z, nullptr, a, dfdz, batch);
+}
+
+Error ActivationLayer::setConstant(size_t node, std::string_view name, double value) {
+  auto index = impl_->constantIndex(node, name);
+  if (!index)
+    return index.takeError();
+  if (!std::isfinite(value))
+    return Error(ErrorCode::InvalidArgument, fmt::format("constant '{}' of node {} must be finite, got {}", name, node, value));
+  impl_->params[*index] = value;
+  return Error::success();
+}
+
+Expected<double> ActivationLayer::constant(size_t node, std::string_view name) const {
+  auto index = impl_->constantIndex(node, name);
+  if (!index)
+    return index.takeError();
+  return impl_->params[*index];
+}
+
+std::vector<std::string> ActivationLayer::constantNames(size_t node) const {
+  if (node >= numNodes())
+    return {};
+  return impl_->groups[impl_->nodeGroup[node]].formula.constants;
+}
+
+std::span<const double> ActivationLayer::params() const { return impl_->params; }
+std::span<const uint64_t> ActivationLayer::offsets() const { return impl_->offsets; }
+
+std::string ActivationLayer::formula(size_t node) const {
+  return node < numNodes() ? print(impl_->groups[impl_->nodeGroup[node]].formula.expr) : std::string();
+}
+std::string ActivationLayer::derivative(size_t node) const {
+  return node < numNodes() ? print(impl_->groups[impl_->nodeGroup[node]].derivative) : std::string();
+}
+
+} // namespace hsnn

@@ -1,0 +1,3 @@
+//===- test/TestMain.cpp - doctest's main ---------------------------------===//
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

@@ -1,0 +1,60 @@
+//===- test/TestUtil.h - Shared helpers for hsnn tests ----------*- C++ -*-===//
+#pragma once
+
+#include "hsnn/Formula.h"
+
+#include "Program/Interpreter.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <doctest/doctest.h>
+#include <map>
+#include <string>
+
+namespace hsnn::test {
+
+/// Parses or fails the test with the diagnostic.
+inline Formula mustParse(ExprContext &ctx, std::string_view text, FormulaMode mode = FormulaMode::Activation,
+                         bool simplifyIt = true) {
+  auto r = parseFormulaDetailed(ctx, text, {mode, -1, simplifyIt});
+  if (auto *d = std::get_if<Diagnostic>(&r))
+    FAIL(d->render());
+  return std::get<Formula>(std::move(r));
+}
+
+/// Evaluates `e` at one point with the interpreter, constants by name.
+template <class T = double>
+T evalAt(Expr e, double x, double yTrue = 0, const std::map<std::string, double> &constants = {}) {
+  std::vector<std::string> names;
+  std::vector<double> values;
+  for (auto &[k, v] : constants) {
+    names.push_back(k);
+    values.push_back(v);
+  }
+  detail::Program p = detail::Program::lower({&e, 1}, names);
+  T in = T(x), yt = T(yTrue), out = 0;
+  const T *vars[3] = {&in, &in, &yt};
+  T *outs[1] = {&out};
+  detail::runBlock<T>(p, vars, values.data(), outs, 1);
+  return out;
+}
+
+/// Distance in units in the last place between two floats of one type.
+template <class T> uint64_t ulpDistance(T a, T b) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  if (a == b)
+    return 0;
+  I ia, ib;
+  std::memcpy(&ia, &a, sizeof a);
+  std::memcpy(&ib, &b, sizeof b);
+  // Map sign-magnitude to a monotonic integer line.
+  auto key = [](I v) -> int64_t { return v < 0 ? int64_t(std::numeric_limits<I>::min()) - int64_t(v) : int64_t(v); };
+  int64_t d = key(ia) - key(ib);
+  return uint64_t(d < 0 ? -d : d);
+}
+
+/// Same value, or both NaN.
+template <class T> bool sameOrBothNaN(T a, T b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+} // namespace hsnn::test

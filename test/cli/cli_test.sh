@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Golden tests of hsnn-jit: output and exit code for good and bad input.
+set -u
+J="$1"
+pass=0 fail=0
+# expect NAME EXPECTED_RC EXPECTED_OUTPUT(stdout+stderr) -- ARGS...
+expect() {
+  local name="$1" rc="$2" want="$3"
+  shift 4
+  local got code
+  got=$("$J" "$@" 2>&1)
+  code=$?
+  if [ "$code" = "$rc" ] && [ "$got" = "$want" ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    printf 'FAIL %s: exit %s (want %s)\n--- got\n%s\n--- want\n%s\n' "$name" "$code" "$rc" "$got" "$want"
+  fi
+}
+
+expect parse 0 $'sin(num)*alpha\nmode: activation\nconstants: alpha' -- parse 'sin(num)*alpha'
+expect parse-default 0 $'Piecewise((0.5*((y_pred - y_true)*(y_pred - y_true)), Abs(y_pred - y_true) <= delta), (delta*(Abs(y_pred - y_true) - 0.5*delta), True))\nmode: loss\nconstants: delta (default 1)' -- parse huber
+expect parse-stable 0 $'softplus(num)\nmode: activation\nconstants: none' -- parse 'log(1 + exp(x))'
+expect parse-neg 0 $'-(num*num)\nmode: activation\nconstants: none' -- parse '-x**2'
+expect diff 0 'cos(num)*alpha' -- diff 'sin(num)*alpha'
+expect diff-relu 0 'Piecewise((0, 0 >= num), (1, True))' -- diff relu
+expect diff-loss 0 'y_pred - y_true + (y_pred - y_true)' -- diff mse
+expect eval-gelu 0 '0.84134474606854293' -- eval gelu --at 1
+expect eval-softplus 0 '100' -- eval softplus --at 100
+expect eval-sigmoid 0 '0' -- eval sigmoid --at -1000
+expect eval-const 0 '1.682941969615793' -- eval 'sin(x)*alpha' --at 1 --const alpha=2
+expect eval-deriv 0 '0' -- eval relu --at 0 --derivative
+expect eval-f32 0 '0.84134471416473389' -- eval gelu --at 1 --dtype f32
+expect eval-loss 0 '1.5' -- eval huber --at 3 --y-true 1
+expect eval-loss-grad 0 '0.5' -- eval huber --at 3 --y-true 1 --const delta=0.5 --derivative
+expect bad-function 1 $'error: unknown function \'tanhh\'; did you mean \'tanh\'?\n  tanhh(x)\n  ^~~~~' -- parse 'tanhh(x)'
+expect bad-paren 1 $'error: expected \')\' to close the \'(\' at column 1, found the end of the formula\n  (x+1\n      ^' -- diff '(x+1'
+expect missing-const 1 $'node 0: error: missing constant \'alpha\': give it a value\n  sin(x)*alpha\n         ^~~~~' -- eval 'sin(x)*alpha' --at 1
+expect bad-number 1 "hsnn-jit eval: error: --at 'abc' is not a number" -- eval relu --at abc
+expect no-at 2 $'hsnn-jit eval: error: --at X is required\nTry \'hsnn-jit eval --help\'.' -- eval relu
+expect no-formula 2 $'hsnn-jit parse: error: no formula given\nTry \'hsnn-jit parse --help\'.' -- parse
+expect bad-option 2 $'hsnn-jit diff: error: unknown option \'--frobnicate\'\nTry \'hsnn-jit diff --help\'.' -- diff x --frobnicate
+expect bad-command 2 $'hsnn-jit: error: unknown command \'frobnicate\'\nTry \'hsnn-jit --help\'.' -- frobnicate
+expect no-command 2 $'hsnn-jit: error: no command given\nTry \'hsnn-jit --help\'.' --
+expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss\'\nTry \'hsnn-jit parse --help\'.' -- parse x --mode foo
+expect version 0 'hsnn-jit 0.1.0' -- --version
+
+for sub in parse diff eval; do
+  out=$("$J" $sub --help 2>&1); code=$?
+  if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi
+done
+out=$("$J" --help 2>&1); code=$?
+if [ $code = 0 ] && [[ "$out" == usage:* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL --help"; fi
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

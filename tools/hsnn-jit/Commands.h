@@ -1,0 +1,21 @@
+//===- tools/hsnn-jit/Commands.h - Subcommand entry points ------*- C++ -*-===//
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace hsnn::cli {
+
+/// Exit codes shared by every subcommand.
+enum Exit { Ok = 0, BadInput = 1, BadUsage = 2 };
+
+/// Each subcommand gets its own arguments (after the subcommand name).
+int runParse(std::span<const std::string_view> args);
+int runDiff(std::span<const std::string_view> args);
+int runEval(std::span<const std::string_view> args);
+
+/// Prints "hsnn-jit: error: <message>" and the hint to use --help.
+int usageError(std::string_view command, std::string_view message);
+
+} // namespace hsnn::cli

@@ -1,0 +1,65 @@
+//===- tools/hsnn-jit/main.cpp - The hsnn command-line tool ---------------===//
+#include "Commands.h"
+
+#include <cstdio>
+#include <fmt/format.h>
+#include <vector>
+
+#ifndef HSNN_VERSION
+#define HSNN_VERSION "0.1.0"
+#endif
+
+namespace hsnn::cli {
+
+int usageError(std::string_view command, std::string_view message) {
+  fmt::print(stderr, "hsnn-jit{}{}: error: {}\nTry 'hsnn-jit{}{} --help'.\n", command.empty() ? "" : " ", command,
+             message, command.empty() ? "" : " ", command);
+  return BadUsage;
+}
+
+} // namespace hsnn::cli
+
+namespace {
+
+constexpr const char *kUsage = R"(usage: hsnn-jit <command> [options]
+
+Turns formulas into numeric kernels.
+
+commands:
+  parse FORMULA     print the canonical form and the constants it needs
+  diff FORMULA      print the simplified derivative
+  eval FORMULA      evaluate with the interpreter at a point
+
+options:
+  -h, --help        show help (also after a command)
+  --version         print the version
+
+Formulas use SymPy syntax: activations in num (or x, z), losses in y_pred
+and y_true. Exit codes: 0 success, 1 bad input, 2 bad usage.
+)";
+
+} // namespace
+
+int main(int argc, char **argv) {
+  using namespace hsnn::cli;
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  if (args.empty())
+    return usageError("", "no command given");
+  std::string_view cmd = args[0];
+  std::span<const std::string_view> rest(args.data() + 1, args.size() - 1);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    fmt::print("{}", kUsage);
+    return Ok;
+  }
+  if (cmd == "--version") {
+    fmt::print("hsnn-jit {}\n", HSNN_VERSION);
+    return Ok;
+  }
+  if (cmd == "parse")
+    return runParse(rest);
+  if (cmd == "diff")
+    return runDiff(rest);
+  if (cmd == "eval")
+    return runEval(rest);
+  return usageError("", fmt::format("unknown command '{}'", cmd));
+}
