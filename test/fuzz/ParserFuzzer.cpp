@@ -7,6 +7,7 @@
 
 #include "Program/Interpreter.h"
 
+#include <cmath>
 #include <cstdlib>
 
 using namespace hsnn;
