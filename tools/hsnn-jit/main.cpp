@@ -29,6 +29,7 @@ commands:
   parse FORMULA     print the canonical form and the constants it needs
   diff FORMULA      print the simplified derivative
   eval FORMULA      evaluate with the interpreter at a point
+  bench             time the kernels next to a memory-bandwidth reference
 
 options:
   -h, --help        show help (also after a command)
@@ -61,5 +62,7 @@ int main(int argc, char **argv) {
     return runDiff(rest);
   if (cmd == "eval")
     return runEval(rest);
+  if (cmd == "bench")
+    return runBench(rest);
   return usageError("", fmt::format("unknown command '{}'", cmd));
 }

@@ -1,0 +1,306 @@
+//===- tools/hsnn-jit/BenchCommand.cpp - hsnn-jit bench -------------------===//
+//
+// Times the kernels on fixed workloads of 2^24 elements and pairs each with
+// a STREAM-like copy or triad over arrays of the same size, run right after
+// it: this machine's bandwidth drifts, so x_limit = kernel / stream is the
+// number to compare, not the raw time.
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+
+#include "hsnn/Layer.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+#include <thread>
+#include <vector>
+
+namespace hsnn::cli {
+namespace {
+
+constexpr const char *kBenchHelp =
+    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|all] [--dtype f32|f64|both]
+                      [--method auto|interp] [--threads N] [--reps N] [--json]
+
+Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
+(r1w1) or triad (r2w1) over arrays of the same size measured right after it.
+  W1  heterogeneous layer forward, 65536 x 256, node j uses formula j % 8 of
+      relu, sigmoid, tanh, gelu, silu, softplus, sin(num), 0.5*num+0.1;
+      batch_major and nodes_major
+  W2  the same layer backward (delta = err * f'(z)) and fused
+  W3  gelu alone, forward and backward
+  W4  losses mse, huber, bce: mean forward, gradient, fused
+Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
+Outputs are checked against the interpreter before they are timed.
+)";
+
+constexpr size_t kNodes = 256, kBatch = 65536, kElements = kNodes * kBatch;
+const char *const kW1Formulas[8] = {"relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "sin(num)", "0.5*num+0.1"};
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double medianMs(int reps, const std::function<void()> &fn) {
+  fn(); // warm-up: page faults, caches, thread pool
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(msSince(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// STREAM-like references with the same threads and array sizes.
+template <class T> void streamCopy(const T *src, T *dst, size_t n) {
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t> &r) {
+    std::memcpy(dst + r.begin(), src + r.begin(), (r.end() - r.begin()) * sizeof(T));
+  });
+}
+template <class T> void streamTriad(const T *b, const T *c, T *a, size_t n) {
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1 << 16), [&](const tbb::blocked_range<size_t> &r) {
+    for (size_t i = r.begin(); i != r.end(); ++i)
+      a[i] = b[i] + T(3) * c[i];
+  });
+}
+
+struct Result {
+  std::string workload, variant, dtype;
+  double ms, gbps, streamMs, xLimit;
+};
+
+struct BenchOptions {
+  std::string workload = "all";
+  std::vector<DType> dtypes = {DType::F32};
+  Method method = Method::Auto;
+  unsigned threads = 0;
+  int reps = 10;
+  bool json = false;
+};
+
+template <class T> std::vector<T> randomArray(size_t n, double lo, double hi, uint64_t seed) {
+  std::vector<T> v(n);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> pick(lo, hi);
+  for (T &x : v)
+    x = T(pick(rng));
+  return v;
+}
+
+template <class T> class Bench {
+public:
+  Bench(const BenchOptions &o, std::vector<Result> &out) : o_(o), out_(out) {}
+
+  std::optional<Error> run() {
+    std::string w = o_.workload;
+    if (w == "all" || w == "W1" || w == "W2")
+      if (auto e = layerWorkloads())
+        return e;
+    if (w == "all" || w == "W3")
+      if (auto e = geluWorkload())
+        return e;
+    if (w == "all" || w == "W4")
+      if (auto e = lossWorkloads())
+        return e;
+    return std::nullopt;
+  }
+
+private:
+  static constexpr DType kDType = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+
+  // Times `kernel`, then the stream reference moving the same bytes.
+  void record(std::string workload, std::string variant, int readArrays, int writeArrays, const std::function<void()> &kernel) {
+    double ms = medianMs(o_.reps, kernel);
+    double streamMs;
+    if (readArrays >= 2)
+      streamMs = medianMs(o_.reps, [&] { streamTriad(s0_.data(), s1_.data(), s2_.data(), kElements); });
+    else
+      streamMs = medianMs(o_.reps, [&] { streamCopy(s0_.data(), s2_.data(), kElements); });
+    // Stream kernels move 2 (copy) or 3 (triad) arrays; scale to the kernel's traffic.
+    double kernelBytes = double(readArrays + writeArrays) * kElements * sizeof(T);
+    double streamBytes = double(readArrays >= 2 ? 3 : 2) * kElements * sizeof(T);
+    double scaledStream = streamMs * kernelBytes / streamBytes;
+    out_.push_back({std::move(workload), std::move(variant), std::string(toString(kDType)), ms, kernelBytes / ms / 1e6,
+                    scaledStream, ms / scaledStream});
+  }
+
+  std::optional<Error> check(const std::vector<T> &got, const std::vector<T> &want, std::string_view what) {
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+    for (size_t i = 0; i < got.size(); i += 4099) {
+      double g = double(got[i]), w = double(want[i]);
+      if (!(std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w))) && !(std::isnan(g) && std::isnan(w)))
+        return Error(ErrorCode::Internal, fmt::format("{}: element {} is {}, the interpreter says {}", what, i, g, w));
+    }
+    return std::nullopt;
+  }
+
+  void ensureStreams() {
+    if (s0_.empty()) {
+      s0_ = randomArray<T>(kElements, -1, 1, 11);
+      s1_ = randomArray<T>(kElements, -1, 1, 12);
+      s2_.assign(kElements, T(0));
+    }
+  }
+
+  std::optional<Error> layerWorkloads() {
+    ensureStreams();
+    std::vector<NodeSpec> nodes;
+    for (size_t j = 0; j < kNodes; ++j)
+      nodes.push_back({kW1Formulas[j % 8], {}});
+    std::vector<T> z = randomArray<T>(kElements, -4, 4, 1), err = randomArray<T>(kElements, -1, 1, 2);
+    std::vector<T> a(kElements), d(kElements), ref(kElements);
+    for (Layout layout : {Layout::BatchMajor, Layout::NodesMajor}) {
+      auto layer = ActivationLayer::compile(nodes, {.method = o_.method, .dtype = kDType, .layout = layout});
+      auto oracle = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = kDType, .layout = layout});
+      if (!layer)
+        return layer.error();
+      if (!oracle)
+        return oracle.error();
+      std::string lay(toString(layout));
+      if (o_.workload != "W2") {
+        if (Error e = layer->forward(z.data(), a.data(), kBatch))
+          return e;
+        (void)oracle->forward(z.data(), ref.data(), kBatch);
+        if (auto e = check(a, ref, "W1 forward"))
+          return e;
+        record("W1", "forward " + lay, 1, 1, [&] { (void)layer->forward(z.data(), a.data(), kBatch); });
+      }
+      if (o_.workload != "W1") {
+        if (Error e = layer->backward(z.data(), err.data(), d.data(), kBatch))
+          return e;
+        (void)oracle->backward(z.data(), err.data(), ref.data(), kBatch);
+        if (auto e = check(d, ref, "W2 backward"))
+          return e;
+        record("W2", "backward " + lay, 2, 1, [&] { (void)layer->backward(z.data(), err.data(), d.data(), kBatch); });
+        record("W2", "fused " + lay, 1, 2, [&] { (void)layer->fused(z.data(), a.data(), d.data(), kBatch); });
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Error> geluWorkload() {
+    ensureStreams();
+    auto layer = ActivationLayer::compile({{"gelu", {}}}, {.method = o_.method, .dtype = kDType});
+    if (!layer)
+      return layer.error();
+    std::vector<T> z = randomArray<T>(kElements, -4, 4, 3), err = randomArray<T>(kElements, -1, 1, 4), a(kElements);
+    record("W3", "gelu forward", 1, 1, [&] { (void)layer->forward(z.data(), a.data(), kElements); });
+    record("W3", "gelu backward", 2, 1, [&] { (void)layer->backward(z.data(), err.data(), a.data(), kElements); });
+    return std::nullopt;
+  }
+
+  std::optional<Error> lossWorkloads() {
+    ensureStreams();
+    std::vector<T> yp = randomArray<T>(kElements, 0.01, 0.99, 5), yt = randomArray<T>(kElements, 0, 1, 6), g(kElements);
+    for (const char *name : {"mse", "huber", "bce"}) {
+      auto loss = Loss::compile(name, {}, {.method = o_.method, .dtype = kDType, .reduction = Reduction::Mean});
+      if (!loss)
+        return loss.error();
+      std::string n(name);
+      record("W4", n + " mean forward", 2, 0, [&] { (void)loss->forward(yp.data(), yt.data(), kElements); });
+      record("W4", n + " gradient", 2, 1, [&] { (void)loss->gradient(yp.data(), yt.data(), g.data(), kElements); });
+      record("W4", n + " fused", 2, 1, [&] { (void)loss->fused(yp.data(), yt.data(), g.data(), kElements); });
+    }
+    return std::nullopt;
+  }
+
+  const BenchOptions &o_;
+  std::vector<Result> &out_;
+  std::vector<T> s0_, s1_, s2_;
+};
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0)
+      return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+} // namespace
+
+int runBench(std::span<const std::string_view> args) {
+  BenchOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    auto value = [&]() -> std::optional<std::string_view> {
+      return i + 1 < args.size() ? std::optional(args[++i]) : std::nullopt;
+    };
+    if (a == "-h" || a == "--help") {
+      fmt::print("{}", kBenchHelp);
+      return Ok;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--workload") {
+      auto v = value();
+      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "all"))
+        return usageError("bench", "--workload takes W1, W2, W3, W4 or all");
+      o.workload = std::string(*v);
+    } else if (a == "--dtype") {
+      auto v = value();
+      if (!v || (*v != "f32" && *v != "f64" && *v != "both"))
+        return usageError("bench", "--dtype takes f32, f64 or both");
+      o.dtypes = *v == "f32" ? std::vector{DType::F32} : *v == "f64" ? std::vector{DType::F64} : std::vector{DType::F32, DType::F64};
+    } else if (a == "--method") {
+      auto v = value();
+      if (!v || (*v != "auto" && *v != "interp"))
+        return usageError("bench", "--method takes auto or interp");
+      o.method = *v == "interp" ? Method::CpuInterp : Method::Auto;
+    } else if (a == "--threads" || a == "--reps") {
+      auto v = value();
+      int n = 0;
+      if (!v || std::from_chars(v->data(), v->data() + v->size(), n).ec != std::errc() || n <= 0)
+        return usageError("bench", fmt::format("{} takes a positive integer", a));
+      (a == "--threads" ? (int &)o.threads : o.reps) = n;
+    } else {
+      return usageError("bench", fmt::format("unknown argument '{}'", a));
+    }
+  }
+
+  std::optional<tbb::global_control> limit;
+  if (o.threads)
+    limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
+  std::vector<Result> results;
+  for (DType dt : o.dtypes) {
+    std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results).run() : Bench<double>(o, results).run();
+    if (e) {
+      fmt::print(stderr, "hsnn-jit bench: error: {}\n", e->message());
+      return BadInput;
+    }
+  }
+
+  unsigned threads = o.threads ? o.threads : std::thread::hardware_concurrency();
+  if (o.json) {
+    fmt::print("{{\"machine\": {{\"cpu\": \"{}\", \"threads\": {}, \"method\": \"{}\"}}, \"results\": [", cpuModel(),
+               threads, toString(o.method));
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result &r = results[i];
+      fmt::print("{}\n  {{\"workload\": \"{}\", \"variant\": \"{}\", \"dtype\": \"{}\", \"ms\": {:.3f}, \"gbps\": {:.2f}, "
+                 "\"stream_ms\": {:.3f}, \"x_limit\": {:.3f}}}",
+                 i ? "," : "", r.workload, r.variant, r.dtype, r.ms, r.gbps, r.streamMs, r.xLimit);
+    }
+    fmt::print("\n]}}\n");
+    return Ok;
+  }
+  fmt::print("cpu: {}, threads: {}, method: {}, {} elements per workload\n", cpuModel(), threads, toString(o.method),
+             kElements);
+  fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8} {:>11} {:>8}\n", "", "variant", "dtype", "ms", "GB/s", "stream ms", "x_limit");
+  for (const Result &r : results)
+    fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
+               r.streamMs, r.xLimit);
+  return Ok;
+}
+
+} // namespace hsnn::cli
