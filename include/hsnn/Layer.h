@@ -40,8 +40,10 @@ enum class Reduction {
 };
 /// Which engine runs the kernels. Auto picks the best one available.
 enum class Method {
-  Auto,
+  Auto,      ///< The best available: cuda > cpu_jit > cpu_interp.
+  CpuJit,    ///< LLVM ORC JIT for the host CPU, TBB-parallel.
   CpuInterp, ///< The built-in interpreter (the seed's CPU_PYTHON / CPU_CPP role).
+  Cuda,      ///< NVIDIA GPU through NVPTX and the CUDA driver.
 };
 
 std::string_view toString(DType);
@@ -59,7 +61,9 @@ struct LayerOptions {
   Method method = Method::Auto;
   DType dtype = DType::F32;
   Layout layout = Layout::NodesMajor;
-  unsigned threads = 0; ///< 0: TBB's default.
+  unsigned threads = 0; ///< 0: the runtime's thread setting.
+  int optLevel = 3;     ///< JIT optimisation level, 0..3.
+  bool fastMath = false; ///< Opt-in: lets the JIT reassociate and assume no NaN/inf.
 };
 
 struct LossOptions {
@@ -67,6 +71,21 @@ struct LossOptions {
   DType dtype = DType::F32;
   Reduction reduction = Reduction::Mean;
   unsigned threads = 0;
+  int optLevel = 3;
+  bool fastMath = false;
+};
+
+/// What compile() did, for inspection and benchmarks (milliseconds).
+struct CompileInfo {
+  Method method = Method::CpuInterp; ///< The method actually used.
+  double parseMs = 0;    ///< Parse and simplify every formula.
+  double diffMs = 0;     ///< Differentiate and lower to tapes.
+  double emitMs = 0;     ///< Build LLVM IR.
+  double optimizeMs = 0; ///< LLVM optimisation pipeline.
+  double codegenMs = 0;  ///< Machine code generation.
+  double loadMs = 0;     ///< Link the object into the process.
+  bool cacheHit = false; ///< The object came from the disk cache.
+  size_t objectBytes = 0;
 };
 
 class ActivationLayer {
@@ -81,6 +100,7 @@ public:
   Method method() const;
   /// Distinct formulas after simplification (nodes sharing one share code).
   size_t numDistinctFormulas() const;
+  const CompileInfo &compileInfo() const;
 
   /// `z`, `a`, `err`, `delta`, `dfdz` each hold numNodes() * batch elements
   /// in the layer's layout. The pointer type must match the layer's dtype.
@@ -120,6 +140,7 @@ public:
   Reduction reduction() const;
   DType dtype() const;
   Method method() const;
+  const CompileInfo &compileInfo() const;
 
   /// The reduced loss (Mean or Sum), accumulated in double in a fixed order:
   /// the same input gives the same bits on every run and thread count.

@@ -151,8 +151,13 @@ UNARY_RULE(Erfc, std::erfc(a),
 
 UNARY_RULE(Log1p, std::log1p(a), c.div(d, c.add(num(c, 1), a)))
 UNARY_RULE(Expm1, std::expm1(a), c.mul(c.call(Op::Exp, a), d))
-// Overflow-free: exp of a non-positive number only.
-UNARY_RULE(Sigmoid, a >= T(0) ? T(1) / (T(1) + std::exp(-a)) : std::exp(a) / (T(1) + std::exp(a)),
+// Overflow-free: exp of a non-positive number only. Code generators emit the
+// same expression, so compiled and interpreted results agree.
+template <class T> T sigmoid(T a) {
+  T e = std::exp(-std::fabs(a));
+  return a >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+}
+UNARY_RULE(Sigmoid, sigmoid(a),
            c.mul(c.mul(e, c.sub(num(c, 1), e)), d))
 // max(a, 0) + log1p(exp(-|a|)); written so NaN propagates.
 UNARY_RULE(Softplus, (a > T(0) ? a : T(0)) + std::log1p(std::exp(-std::fabs(a))), c.mul(c.call(Op::Sigmoid, a), d))

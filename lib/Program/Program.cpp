@@ -31,6 +31,7 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
       }
       Instr in;
       in.op = f.e->op();
+      in.isBool = f.e->isBool();
       switch (in.op) {
       case Op::Number:
         in.number = f.e->number();

@@ -20,6 +20,7 @@ namespace hsnn::detail {
 
 struct Instr {
   Op op;
+  bool isBool = false;          ///< A truth value (conditions); 1/0 in the interpreter
   Variable var = Variable::Num; ///< Op::Var
   uint32_t param = 0;           ///< Op::Param: index into the node's constants
   double number = 0;            ///< Op::Number

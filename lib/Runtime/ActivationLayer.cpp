@@ -2,10 +2,16 @@
 #include "hsnn/Formula.h"
 #include "hsnn/Layer.h"
 
-#include "../Program/Interpreter.h"
+#include "HostKernels.h"
+#include "Program/Interpreter.h"
+#include "Program/Launch.h"
 #include "RunGuard.h"
+#include "Warn.h"
+
+#include "hsnn/Runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <fmt/format.h>
@@ -15,7 +21,16 @@ namespace hsnn {
 
 using detail::ActivationKernel;
 using detail::ActivationPlan;
+using detail::KernelShape;
 using detail::Program;
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+// Contiguous elements per JIT call: long enough to amortise the call, short
+// enough that a batch-major tile stays in L2.
+constexpr size_t kJitBlock = 4096, kJitTile = 256;
+} // namespace
 
 struct ActivationLayer::Impl {
   struct Group {
@@ -29,9 +44,38 @@ struct ActivationLayer::Impl {
   std::vector<double> params;
   std::vector<uint64_t> offsets;
   LayerOptions options;
-  Method method = Method::CpuInterp;
+  CompileInfo info;
   RunGuard guard;
   ActivationPlan plans[3];
+  std::shared_ptr<detail::KernelLibrary> kernels; // JIT code, alive with the layer
+  std::vector<void *> nodeKernel[3];              // per kind, per node
+
+  Error compileKernels() {
+    std::vector<detail::KernelRequest> requests;
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t k = 0; k < 3; ++k)
+        requests.push_back({fmt::format("hsnn_layer_g{}_{}", g, detail::shapeName(KernelShape(k))), &groups[g].programs[k],
+                            KernelShape(k), options.dtype});
+    auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, info);
+    if (!lib)
+      return lib.takeError();
+    kernels = std::move(*lib);
+    for (size_t k = 0; k < 3; ++k)
+      for (uint32_t g : nodeGroup)
+        nodeKernel[k].push_back(kernels->address(requests[g * 3 + k].symbol));
+    return Error::success();
+  }
+
+  template <class T>
+  void runJit(ActivationKernel kind, const T *z, const T *err, T *out0, T *out1, size_t batch) const {
+    const auto &fns = nodeKernel[size_t(kind)];
+    size_t block = options.layout == Layout::NodesMajor ? kJitBlock : kJitTile;
+    detail::launchActivation<T>(options.layout, nodeGroup.size(), batch, z, err, out0, out1, block,
+                                [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
+                                  auto fn = reinterpret_cast<detail::ActivationFn<T>>(fns[n]);
+                                  detail::runPadded<T>(fn, zIn, errIn, o0, o1, params.data() + offsets[n], len);
+                                });
+  }
 
   template <class T> Error run(ActivationKernel kind, const T *z, const T *err, T *out0, T *out1, size_t batch) const {
     constexpr DType want = std::is_same_v<T, float> ? DType::F32 : DType::F64;
@@ -42,6 +86,8 @@ struct ActivationLayer::Impl {
       return e;
     if (batch && (!z || !out0 || (kind == ActivationKernel::Backward && !err) || (kind == ActivationKernel::Fused && !out1)))
       return Error(ErrorCode::InvalidArgument, "null array pointer with a non-empty batch");
+    if (kernels)
+      return guard.run([&] { runJit<T>(kind, z, err, out0, out1, batch); });
     return guard.run([&] { detail::interpretActivation<T>(plans[size_t(kind)], kind, z, err, out0, out1, batch); });
   }
 
@@ -66,7 +112,13 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
     return Error(ErrorCode::InvalidArgument, "a layer needs at least one node");
   if (Error e = impl->guard.configure(options.threads))
     return e;
+  if (options.optLevel < 0 || options.optLevel > 3)
+    return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", options.optLevel));
+  auto method = resolveMethod(options.method);
+  if (!method)
+    return method.takeError();
 
+  auto t0 = Clock::now();
   std::vector<Diagnostic> diags;
   std::unordered_map<Expr, uint32_t> groupOf;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -94,7 +146,9 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
   }
   if (!diags.empty())
     return toError(diags);
+  impl->info.parseMs = msSince(t0);
 
+  auto t1 = Clock::now();
   for (Impl::Group &g : impl->groups) {
     g.derivative = differentiate(*impl->ctx, g.formula.expr, Variable::Num);
     Expr both[] = {g.formula.expr, g.derivative};
@@ -110,13 +164,27 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
     plan.offsets = impl->offsets.data();
     plan.layout = options.layout;
   }
+  impl->info.diffMs = msSince(t1);
+
+  impl->info.method = Method::CpuInterp;
+  if (*method == Method::CpuJit) {
+    if (Error e = impl->compileKernels()) {
+      // A kernel the JIT cannot build is a fallback like any other.
+      if (runtimeFlags().strict)
+        return Error(e.code(), "cpu_jit failed (strict mode): " + e.message());
+      detail::warn(fmt::format("cpu_jit failed: {}; using cpu_interp", e.message()));
+    } else {
+      impl->info.method = Method::CpuJit;
+    }
+  }
   return ActivationLayer(std::move(impl));
 }
 
 size_t ActivationLayer::numNodes() const { return impl_->nodeGroup.size(); }
 DType ActivationLayer::dtype() const { return impl_->options.dtype; }
 Layout ActivationLayer::layout() const { return impl_->options.layout; }
-Method ActivationLayer::method() const { return impl_->method; }
+Method ActivationLayer::method() const { return impl_->info.method; }
+const CompileInfo &ActivationLayer::compileInfo() const { return impl_->info; }
 size_t ActivationLayer::numDistinctFormulas() const { return impl_->groups.size(); }
 
 Error ActivationLayer::forward(const float *z, float *a, size_t batch) const {

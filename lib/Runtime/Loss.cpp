@@ -2,8 +2,13 @@
 #include "hsnn/Formula.h"
 #include "hsnn/Layer.h"
 
-#include "../Program/Interpreter.h"
+#include "HostKernels.h"
+#include "Program/Interpreter.h"
+#include "Program/Launch.h"
 #include "RunGuard.h"
+#include "Warn.h"
+
+#include "hsnn/Runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +16,15 @@
 
 namespace hsnn {
 
+using detail::KernelShape;
 using detail::LossKernel;
 using detail::Program;
+
+namespace {
+constexpr size_t kJitBlock = 16384; // elements per JIT call and per partial sum
+constexpr KernelShape kShapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
+                                    KernelShape::LossFused};
+} // namespace
 
 struct Loss::Impl {
   std::shared_ptr<ExprContext> ctx = std::make_shared<ExprContext>();
@@ -21,8 +33,57 @@ struct Loss::Impl {
   Program programs[4]; // indexed by LossKernel
   std::vector<double> params;
   LossOptions options;
-  Method method = Method::CpuInterp;
+  CompileInfo info;
   RunGuard guard;
+  std::shared_ptr<detail::KernelLibrary> kernels;
+  void *kernel[4] = {}; // by LossKernel
+
+  Error compileKernels() {
+    std::vector<detail::KernelRequest> requests;
+    for (size_t k = 0; k < 4; ++k)
+      requests.push_back({fmt::format("hsnn_loss_{}", detail::shapeName(kShapes[k])), &programs[k], kShapes[k], options.dtype});
+    auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, info);
+    if (!lib)
+      return lib.takeError();
+    kernels = std::move(*lib);
+    for (size_t k = 0; k < 4; ++k)
+      kernel[k] = kernels->address(requests[k].symbol);
+    return Error::success();
+  }
+
+  // Runs one kernel kind over n elements with whichever engine was built.
+  template <class T> double launch(LossKernel kind, const T *yp, const T *yt, T *out, T scale, size_t n) const {
+    if (!kernels)
+      return detail::interpretLoss<T>(programs[size_t(kind)], kind, params.data(), yp, yt, out, scale, n);
+    auto fn = reinterpret_cast<detail::LossFn<T>>(kernel[size_t(kind)]);
+    return detail::launchLoss(n, kJitBlock, [&](size_t i0, size_t len) {
+      // Whole multiples of the padding go straight through; the tail runs
+      // padded, per element, and its losses are added after in order.
+      size_t main = len - len % detail::kKernelPadding, tail = len - main;
+      double sum = main ? fn(yp + i0, yt + i0, out ? out + i0 : nullptr, params.data(), int64_t(main), scale) : 0.0;
+      if (tail) {
+        constexpr size_t P = detail::kKernelPadding;
+        T a[P] = {}, b[P] = {}, l[P], g[P];
+        std::copy_n(yp + i0 + main, tail, a);
+        std::copy_n(yt + i0 + main, tail, b);
+        auto elements = reinterpret_cast<detail::LossFn<T>>(kernel[size_t(LossKernel::Elements)]);
+        auto gradient = reinterpret_cast<detail::LossFn<T>>(kernel[size_t(LossKernel::Gradient)]);
+        if (kind != LossKernel::Gradient)
+          elements(a, b, l, params.data(), int64_t(P), scale);
+        if (kind == LossKernel::Gradient || kind == LossKernel::Fused)
+          gradient(a, b, g, params.data(), int64_t(P), scale);
+        for (size_t i = 0; i < tail; ++i) {
+          if (kind == LossKernel::Reduce || kind == LossKernel::Fused)
+            sum += double(l[i]);
+          if (kind == LossKernel::Elements)
+            out[i0 + main + i] = l[i];
+          else if (kind != LossKernel::Reduce)
+            out[i0 + main + i] = g[i];
+        }
+      }
+      return sum;
+    });
+  }
 
   template <class T> Error check(const T *yp, const T *yt, const void *out, size_t n) const {
     constexpr DType want = std::is_same_v<T, float> ? DType::F32 : DType::F64;
@@ -54,8 +115,7 @@ struct Loss::Impl {
       return e;
     double sum = 0;
     Error e = guard.run([&] {
-      sum = detail::interpretLoss<T>(programs[size_t(LossKernel::Reduce)], LossKernel::Reduce, params.data(), yp, yt,
-                                     nullptr, T(1), n);
+      sum = launch<T>(LossKernel::Reduce, yp, yt, nullptr, T(1), n);
     });
     if (e)
       return e;
@@ -65,9 +125,7 @@ struct Loss::Impl {
   template <class T> Error elementwise(LossKernel kind, const T *yp, const T *yt, T *out, size_t n) const {
     if (Error e = check(yp, yt, out, n))
       return e;
-    return guard.run([&] {
-      detail::interpretLoss<T>(programs[size_t(kind)], kind, params.data(), yp, yt, out, scale<T>(n), n);
-    });
+    return guard.run([&] { launch<T>(kind, yp, yt, out, scale<T>(n), n); });
   }
 
   template <class T> Expected<double> fused(const T *yp, const T *yt, T *grad, size_t n) const {
@@ -75,8 +133,7 @@ struct Loss::Impl {
       return e;
     double sum = 0;
     Error e = guard.run([&] {
-      sum = detail::interpretLoss<T>(programs[size_t(LossKernel::Fused)], LossKernel::Fused, params.data(), yp, yt, grad,
-                                     scale<T>(n), n);
+      sum = launch<T>(LossKernel::Fused, yp, yt, grad, scale<T>(n), n);
     });
     if (e)
       return e;
@@ -102,6 +159,11 @@ Expected<Loss> Loss::compile(std::string_view text, const std::map<std::string, 
   impl->options = options;
   if (Error e = impl->guard.configure(options.threads))
     return e;
+  if (options.optLevel < 0 || options.optLevel > 3)
+    return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", options.optLevel));
+  auto method = resolveMethod(options.method);
+  if (!method)
+    return method.takeError();
   auto parsed = parseFormulaDetailed(*impl->ctx, text, {FormulaMode::Loss});
   if (auto *d = std::get_if<Diagnostic>(&parsed))
     return toError({*d});
@@ -118,12 +180,24 @@ Expected<Loss> Loss::compile(std::string_view text, const std::map<std::string, 
   impl->programs[size_t(LossKernel::Reduce)] = Program::lower({both, 1}, names);
   impl->programs[size_t(LossKernel::Gradient)] = Program::lower({both + 1, 1}, names);
   impl->programs[size_t(LossKernel::Fused)] = Program::lower(both, names);
+
+  impl->info.method = Method::CpuInterp;
+  if (*method == Method::CpuJit) {
+    if (Error e = impl->compileKernels()) {
+      if (runtimeFlags().strict)
+        return Error(e.code(), "cpu_jit failed (strict mode): " + e.message());
+      detail::warn(fmt::format("cpu_jit failed: {}; using cpu_interp", e.message()));
+    } else {
+      impl->info.method = Method::CpuJit;
+    }
+  }
   return Loss(std::move(impl));
 }
 
 Reduction Loss::reduction() const { return impl_->options.reduction; }
 DType Loss::dtype() const { return impl_->options.dtype; }
-Method Loss::method() const { return impl_->method; }
+Method Loss::method() const { return impl_->info.method; }
+const CompileInfo &Loss::compileInfo() const { return impl_->info; }
 
 Expected<double> Loss::forward(const float *yp, const float *yt, size_t n) const { return impl_->forward(yp, yt, n); }
 Expected<double> Loss::forward(const double *yp, const double *yt, size_t n) const { return impl_->forward(yp, yt, n); }
@@ -171,6 +245,14 @@ std::string_view toString(Layout l) { return l == Layout::NodesMajor ? "nodes_ma
 std::string_view toString(Reduction r) {
   return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none";
 }
-std::string_view toString(Method m) { return m == Method::Auto ? "auto" : "cpu_interp"; }
+std::string_view toString(Method m) {
+  switch (m) {
+  case Method::Auto: return "auto";
+  case Method::CpuJit: return "cpu_jit";
+  case Method::CpuInterp: return "cpu_interp";
+  case Method::Cuda: return "cuda";
+  }
+  return "?";
+}
 
 } // namespace hsnn

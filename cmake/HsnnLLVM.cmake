@@ -1,0 +1,16 @@
+# Finds LLVM 19 and defines the interface target hsnn_llvm.
+# HSNN_LLVM_STATIC links the component archives (a portable, self-contained
+# binary); otherwise libLLVM.so (faster links for development and CI).
+find_package(LLVM 19.1 CONFIG REQUIRED HINTS /usr/lib/llvm-19/lib/cmake/llvm)
+message(STATUS "LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
+add_library(hsnn_llvm INTERFACE)
+target_include_directories(hsnn_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
+separate_arguments(_llvm_defs NATIVE_COMMAND "${LLVM_DEFINITIONS}")
+target_compile_definitions(hsnn_llvm INTERFACE ${_llvm_defs})
+if(HSNN_LLVM_STATIC)
+  llvm_map_components_to_libnames(_llvm_libs core orcjit native nativecodegen passes target support analysis
+                                  transformutils executionengine jitlink)
+  target_link_libraries(hsnn_llvm INTERFACE ${_llvm_libs})
+else()
+  target_link_libraries(hsnn_llvm INTERFACE LLVM)
+endif()

@@ -1,0 +1,73 @@
+//===- hsnn/Runtime.h - Detected facts, flags and fallback policy -*- C++ -*-===//
+//
+// What this process can run (GPU, CPU JIT, CPU capability) and the user
+// flags that steer it, each also settable from the environment:
+//   HSNN_CACHE_DIR, HSNN_USE_KERNEL_CACHE (0/1), HSNN_STRICT (0/1),
+//   HSNN_NUM_THREADS.
+// When the method asked for is unavailable, hsnn warns through the warning
+// handler (stderr by default) and steps down (cuda > cpu_jit > cpu_interp);
+// in strict mode it returns an error instead. It never falls back silently.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+#include "hsnn/Layer.h"
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace hsnn {
+
+/// User flags. Defaults come from the environment at first use.
+struct RuntimeFlags {
+  bool useKernelCache = true; ///< HSNN_USE_KERNEL_CACHE
+  bool strict = false;        ///< HSNN_STRICT: fallbacks become errors
+  unsigned threads = 0;       ///< HSNN_NUM_THREADS; 0: all cores
+  std::string cacheDir;       ///< HSNN_CACHE_DIR; empty: $XDG_CACHE_HOME/hsnn or ~/.cache/hsnn
+};
+
+/// Facts detected once per process.
+struct RuntimeInfo {
+  bool gpuEnabled = false;
+  int numGpus = 0;
+  std::string gpuUnavailableReason;
+  bool cpuJitEnabled = false;
+  std::string cpuJitUnavailableReason;
+  std::string cpuName;       ///< LLVM's name for the host CPU, e.g. skylake-avx512
+  std::string cpuCapability; ///< AVX512, AVX2 or DEFAULT
+  Method defaultMethod = Method::CpuInterp;
+};
+
+const RuntimeInfo &runtimeInfo();
+
+RuntimeFlags runtimeFlags();
+void setRuntimeFlags(const RuntimeFlags &flags);
+
+/// Restores the flags it replaced when it goes out of scope.
+class ScopedRuntimeFlags {
+public:
+  explicit ScopedRuntimeFlags(const RuntimeFlags &flags);
+  ~ScopedRuntimeFlags();
+  ScopedRuntimeFlags(const ScopedRuntimeFlags &) = delete;
+  ScopedRuntimeFlags &operator=(const ScopedRuntimeFlags &) = delete;
+
+private:
+  RuntimeFlags saved_;
+};
+
+/// Receives every warning (fallbacks, refused cache directories). The
+/// default prints "hsnn: warning: ..." to stderr. Returns the previous one.
+using WarningHandler = std::function<void(std::string_view)>;
+WarningHandler setWarningHandler(WarningHandler handler);
+
+/// Parses a method name: auto, cpu_jit, cpu_interp, cuda, and the seed's
+/// GPU_CUDA, CPU_JIT, CPU_CPP and CPU_PYTHON (both interpreted here).
+Expected<Method> parseMethod(std::string_view name);
+
+/// The method that will run a request for `asked`, applying the fallback
+/// policy (a warning, or an error in strict mode).
+Expected<Method> resolveMethod(Method asked);
+
+} // namespace hsnn

@@ -1,0 +1,245 @@
+//===- lib/CPU/HostJIT.cpp - ORC LLJIT for the host CPU -------------------===//
+//
+// Compiles with our own TargetMachine and new-pass-manager pipeline to an
+// object, then hands the object to LLJIT: the object is what the disk cache
+// keeps, and loading one never runs the optimizer. Each loaded object gets
+// its own JITDylib, removed when the last layer using it goes away.
+//===----------------------------------------------------------------------===//
+#include "HostJIT.h"
+
+#include "CodeGen/IREmitter.h"
+
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fmt/format.h>
+#include <mutex>
+
+namespace hsnn::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+Error fromLLVM(llvm::Error e, std::string_view what) {
+  return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));
+}
+
+constexpr const char *kLibmvec = "libmvec.so.1";
+
+class LoadedObject final : public KernelLibrary {
+public:
+  LoadedObject(llvm::orc::LLJIT &jit, llvm::orc::JITDylib &jd) : jit_(jit), jd_(jd) {}
+  ~LoadedObject() override {
+    if (llvm::Error e = jit_.getExecutionSession().removeJITDylib(jd_))
+      llvm::consumeError(std::move(e)); // nothing useful to do at teardown
+  }
+  void *address(const std::string &symbol) const override {
+    auto it = std::find_if(symbols_.begin(), symbols_.end(), [&](auto &p) { return p.first == symbol; });
+    return it == symbols_.end() ? nullptr : it->second;
+  }
+  std::vector<std::pair<std::string, void *>> symbols_;
+
+private:
+  llvm::orc::LLJIT &jit_;
+  llvm::orc::JITDylib &jd_;
+};
+
+class HostJITImpl final : public HostJIT {
+public:
+  static Expected<std::unique_ptr<HostJITImpl>> create() {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!jtmb)
+      return fromLLVM(jtmb.takeError(), "LLVM cannot target this CPU");
+    auto self = std::unique_ptr<HostJITImpl>(new HostJITImpl());
+    HostTarget &t = self->target_;
+    t.triple = jtmb->getTargetTriple().str();
+    t.cpu = llvm::sys::getHostCPUName().str();
+    std::vector<std::string> feats;
+    for (auto &f : llvm::sys::getHostCPUFeatures())
+      feats.push_back((f.second ? "+" : "-") + f.first().str());
+    std::sort(feats.begin(), feats.end());
+    for (const std::string &f : feats) {
+      t.features += t.features.empty() ? "" : ",";
+      t.features += f;
+    }
+    auto has = [&](const char *f) { return std::find(feats.begin(), feats.end(), std::string("+") + f) != feats.end(); };
+    t.capability = has("avx512f") ? "AVX512" : has("avx2") ? "AVX2" : "DEFAULT";
+    t.llvmVersion = LLVM_VERSION_STRING;
+    jtmb->setCPU(t.cpu);
+    jtmb->addFeatures(feats);
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(*jtmb);
+
+    auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+    if (!jit)
+      return fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
+    self->jit_ = std::move(*jit);
+
+    // libmvec supplies the vector math; without it kernels stay scalar.
+    std::string err;
+    self->libmvec_ = llvm::sys::DynamicLibrary::getPermanentLibrary(kLibmvec, &err);
+    if (self->libmvec_.isValid()) {
+      self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
+      auto lib = self->libmvec_;
+      self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {
+        return lib.getAddressOfSymbol(name.c_str()) != nullptr;
+      };
+    }
+    return self;
+  }
+
+  const HostTarget &target() const override { return target_; }
+
+  Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
+                                            CompileStats *stats) override {
+    auto t0 = Clock::now();
+    auto tm = jtmb_->createTargetMachine();
+    if (!tm)
+      return fromLLVM(tm.takeError(), "cannot create a target machine");
+    llvm::CodeGenOptLevel level = options.optLevel <= 0   ? llvm::CodeGenOptLevel::None
+                                  : options.optLevel == 1 ? llvm::CodeGenOptLevel::Less
+                                  : options.optLevel == 2 ? llvm::CodeGenOptLevel::Default
+                                                          : llvm::CodeGenOptLevel::Aggressive;
+    (*tm)->setOptLevel(level);
+
+    llvm::LLVMContext ctx;
+    llvm::Module module("hsnn", ctx);
+    module.setDataLayout((*tm)->createDataLayout());
+    module.setTargetTriple(target_.triple);
+    EmitOptions emit = emit_;
+    emit.fastMath = options.fastMath;
+    if (llvm::Error e = emitKernels(module, requests, emit))
+      return fromLLVM(std::move(e), "code generation failed");
+    for (llvm::Function &f : module)
+      if (!f.isDeclaration()) {
+        f.addFnAttr("target-cpu", target_.cpu);
+        f.addFnAttr("target-features", target_.features);
+      }
+    std::string verifyMessage;
+    llvm::raw_string_ostream vs(verifyMessage);
+    if (llvm::verifyModule(module, &vs))
+      return Error(ErrorCode::Internal, "generated IR does not verify: " + vs.str());
+    if (stats)
+      stats->emitMs = msSince(t0);
+
+    auto t1 = Clock::now();
+    {
+      llvm::LoopAnalysisManager lam;
+      llvm::FunctionAnalysisManager fam;
+      llvm::CGSCCAnalysisManager cgam;
+      llvm::ModuleAnalysisManager mam;
+      llvm::PassBuilder pb(tm->get());
+      pb.registerModuleAnalyses(mam);
+      pb.registerCGSCCAnalyses(cgam);
+      pb.registerFunctionAnalyses(fam);
+      pb.registerLoopAnalyses(lam);
+      pb.crossRegisterProxies(lam, fam, cgam, mam);
+      llvm::OptimizationLevel ol = options.optLevel <= 0   ? llvm::OptimizationLevel::O0
+                                   : options.optLevel == 1 ? llvm::OptimizationLevel::O1
+                                   : options.optLevel == 2 ? llvm::OptimizationLevel::O2
+                                                           : llvm::OptimizationLevel::O3;
+      llvm::ModulePassManager mpm =
+          ol == llvm::OptimizationLevel::O0 ? pb.buildO0DefaultPipeline(ol) : pb.buildPerModuleDefaultPipeline(ol);
+      mpm.run(module, mam);
+    }
+    if (stats)
+      stats->optimizeMs = msSince(t1);
+
+    auto t2 = Clock::now();
+    llvm::SmallVector<char, 0> buffer;
+    {
+      llvm::raw_svector_ostream os(buffer);
+      llvm::legacy::PassManager pm;
+      if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+        return Error(ErrorCode::Unsupported, "this target cannot emit object files");
+      pm.run(module);
+    }
+    if (stats) {
+      stats->codegenMs = msSince(t2);
+      stats->objectBytes = buffer.size();
+    }
+    return std::vector<char>(buffer.begin(), buffer.end());
+  }
+
+  Expected<std::shared_ptr<KernelLibrary>> load(const std::vector<char> &object, std::span<const std::string> symbols,
+                                                CompileStats *stats) override {
+    auto t0 = Clock::now();
+    std::string name = fmt::format("hsnn.{}", counter_.fetch_add(1));
+    auto jd = jit_->createJITDylib(name);
+    if (!jd)
+      return fromLLVM(jd.takeError(), "cannot create a JITDylib");
+    char prefix = jit_->getDataLayout().getGlobalPrefix();
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix);
+    if (!process)
+      return fromLLVM(process.takeError(), "cannot search the process's symbols");
+    jd->addGenerator(std::move(*process));
+    if (libmvec_.isValid()) {
+      if (auto mvec = llvm::orc::DynamicLibrarySearchGenerator::Load(kLibmvec, prefix))
+        jd->addGenerator(std::move(*mvec));
+      else
+        llvm::consumeError(mvec.takeError());
+    }
+
+    auto lib = std::make_shared<LoadedObject>(*jit_, *jd);
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+    if (llvm::Error e = jit_->addObjectFile(*jd, std::move(buffer)))
+      return fromLLVM(std::move(e), "cannot load the compiled object");
+    for (const std::string &s : symbols) {
+      auto addr = jit_->lookup(*jd, s);
+      if (!addr)
+        return fromLLVM(addr.takeError(), fmt::format("cannot resolve kernel '{}'", s));
+      lib->symbols_.emplace_back(s, addr->toPtr<void *>());
+    }
+    if (stats)
+      stats->loadMs = msSince(t0);
+    return std::shared_ptr<KernelLibrary>(std::move(lib));
+  }
+
+private:
+  HostJITImpl() = default;
+  HostTarget target_;
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  llvm::sys::DynamicLibrary libmvec_;
+  EmitOptions emit_;
+  std::atomic<uint64_t> counter_{0};
+};
+
+} // namespace
+
+Expected<HostJIT *> HostJIT::get() {
+  static std::once_flag once;
+  static std::unique_ptr<HostJITImpl> jit;
+  static Error failure;
+  std::call_once(once, [] {
+    auto j = HostJITImpl::create();
+    if (j)
+      jit = std::move(*j);
+    else
+      failure = j.takeError();
+  });
+  if (!jit)
+    return failure;
+  return static_cast<HostJIT *>(jit.get());
+}
+
+} // namespace hsnn::detail

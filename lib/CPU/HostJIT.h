@@ -1,0 +1,66 @@
+//===- lib/CPU/HostJIT.h - Kernels to native code in this process -*- C++ -*-===//
+//
+// LLVM-free interface to the host JIT: compile kernel requests to an object
+// file (the unit the disk cache stores), and load objects into the running
+// process. Loading runs no optimizer, so a cache hit costs only the link.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "CodeGen/KernelSpec.h"
+
+#include "hsnn/Error.h"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hsnn::detail {
+
+struct JITOptions {
+  int optLevel = 3;      ///< 0..3
+  bool fastMath = false; ///< Opt-in; IEEE otherwise.
+};
+
+/// Where the time of one compile went (milliseconds).
+struct CompileStats {
+  double emitMs = 0, optimizeMs = 0, codegenMs = 0, loadMs = 0;
+  size_t objectBytes = 0;
+  bool cacheHit = false;
+};
+
+struct HostTarget {
+  std::string triple;     ///< e.g. x86_64-pc-linux-gnu
+  std::string cpu;        ///< e.g. skylake-avx512
+  std::string features;   ///< "+avx2,+avx512f,..." in a stable order
+  std::string capability; ///< AVX512, AVX2 or DEFAULT
+  std::string llvmVersion;
+};
+
+/// Kernels loaded into the process; they stay callable while this lives.
+class KernelLibrary {
+public:
+  virtual ~KernelLibrary() = default;
+  /// Address of a kernel by symbol, or null.
+  virtual void *address(const std::string &symbol) const = 0;
+};
+
+/// The process-wide host JIT. Thread-safe.
+class HostJIT {
+public:
+  virtual ~HostJIT() = default;
+  /// The JIT, or an Error saying why there is none (this build has no LLVM,
+  /// or LLVM cannot target this CPU).
+  static Expected<HostJIT *> get();
+
+  virtual const HostTarget &target() const = 0;
+  /// Emits, optimizes and compiles the kernels into one object file.
+  virtual Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
+                                                    CompileStats *stats) = 0;
+  /// Links an object into the process and resolves the given symbols.
+  virtual Expected<std::shared_ptr<KernelLibrary>> load(const std::vector<char> &object,
+                                                        std::span<const std::string> symbols, CompileStats *stats) = 0;
+};
+
+} // namespace hsnn::detail

@@ -1,0 +1,38 @@
+//===- lib/CodeGen/IREmitter.h - Programs to LLVM IR ------------*- C++ -*-===//
+//
+// One emitter for every target: it lowers a Program's instructions to IR
+// through the op table (Ops.def's Libm column names the libm function or
+// LLVM intrinsic) and wraps them in the loops of KernelSpec.h.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "KernelSpec.h"
+
+#include <functional>
+#include <span>
+#include <string>
+
+namespace llvm {
+class Module;
+class Error;
+} // namespace llvm
+
+namespace hsnn::detail {
+
+struct EmitOptions {
+  /// Whether a vector variant of a libm function exists, by its vector-ABI
+  /// name (e.g. "_ZGVdN8v_expf"); such variants are offered to the loop
+  /// vectorizer. Null: none (scalar calls only).
+  std::function<bool(const std::string &)> hasVectorVariant;
+  /// Vector ISA letters to offer, widest first: 'e' AVX-512, 'd' AVX2, 'b' SSE.
+  std::string vectorISAs;
+  /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.
+  bool fastMath = false;
+};
+
+/// Adds one function per request to `module` (whose data layout and triple
+/// are already set). The functions have external linkage and C names.
+llvm::Error emitKernels(llvm::Module &module, std::span<const KernelRequest> requests, const EmitOptions &options);
+
+} // namespace hsnn::detail

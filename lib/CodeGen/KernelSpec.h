@@ -1,0 +1,89 @@
+//===- lib/CodeGen/KernelSpec.h - What a compiled kernel is and does -*- C++ -*-===//
+//
+// The contract between the runtime and every code generator (host JIT, and
+// later NVPTX and ahead-of-time objects): which kernels exist, their C ABI,
+// and which Program roots each one evaluates. LLVM-free.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Program/Program.h"
+
+#include "hsnn/Layer.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hsnn::detail {
+
+/// Kernel kinds. Activation kernels evaluate roots [f] (Forward), [f']
+/// (Backward, multiplied by err) or [f, f'] (Fused). Loss kernels evaluate
+/// [l] (Elements, Reduce), [g] (Gradient) or [l, g] (Fused).
+enum class KernelShape : uint8_t {
+  ActivationForward,
+  ActivationBackward,
+  ActivationFused,
+  LossElements,
+  LossReduce,
+  LossGradient,
+  LossFused,
+};
+
+inline bool isLossShape(KernelShape s) { return s >= KernelShape::LossElements; }
+const char *shapeName(KernelShape s);
+
+/// Over n contiguous elements:
+///   Forward:  out0[i] = f(z[i])
+///   Backward: out0[i] = err[i] * f'(z[i])
+///   Fused:    out0[i] = f(z[i]), out1[i] = f'(z[i])
+/// `params` points at the node's constants (sorted by name).
+template <class T>
+using ActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const double *params, int64_t n);
+
+/// Over n contiguous elements, returning the sum of the losses in double
+/// (Reduce, Fused; 0 otherwise):
+///   Elements: out[i] = l(yp[i], yt[i])
+///   Gradient: out[i] = scale * g(yp[i], yt[i])
+///   Fused:    out[i] = scale * g(yp[i], yt[i])
+template <class T>
+using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
+
+/// Callers pass element counts that are multiples of this (padding the
+/// last run), so that every element goes through the vectorized loop body
+/// and a value's result does not depend on its position in the array.
+inline constexpr size_t kKernelPadding = 128;
+
+/// Runs an activation kernel over n elements of any count: the whole
+/// multiples of kKernelPadding directly, the rest through padded buffers.
+template <class T>
+void runPadded(ActivationFn<T> fn, const T *z, const T *err, T *out0, T *out1, const double *params, size_t n) {
+  size_t main = n - n % kKernelPadding;
+  if (main)
+    fn(z, err, out0, out1, params, int64_t(main));
+  if (main == n)
+    return;
+  size_t tail = n - main;
+  T zb[kKernelPadding] = {}, eb[kKernelPadding] = {}, o0[kKernelPadding], o1[kKernelPadding];
+  for (size_t i = 0; i < tail; ++i) {
+    zb[i] = z[main + i];
+    if (err)
+      eb[i] = err[main + i];
+  }
+  fn(zb, eb, o0, o1, params, int64_t(kKernelPadding));
+  for (size_t i = 0; i < tail; ++i) {
+    out0[main + i] = o0[i];
+    if (out1)
+      out1[main + i] = o1[i];
+  }
+}
+
+/// One kernel to generate: its symbol, the tape, and its shape and type.
+struct KernelRequest {
+  std::string symbol;
+  const Program *program = nullptr;
+  KernelShape shape = KernelShape::ActivationForward;
+  DType dtype = DType::F32;
+};
+
+} // namespace hsnn::detail
