@@ -46,10 +46,10 @@ enum class Method {
   Cuda,      ///< NVIDIA GPU through NVPTX and the CUDA driver.
 };
 
-std::string_view toString(DType);
-std::string_view toString(Layout);
-std::string_view toString(Reduction);
-std::string_view toString(Method);
+std::string_view to_string(DType);
+std::string_view to_string(Layout);
+std::string_view to_string(Reduction);
+std::string_view to_string(Method);
 
 /// One node of a layer: a formula (or a built-in name) and its constants.
 struct NodeSpec {

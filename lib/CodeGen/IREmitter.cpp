@@ -44,10 +44,11 @@ public:
     // noalias: arrays may be the same array (in-place, element i read before
     // it is written) but never partially overlap, so the vectorizer needs no
     // runtime alias checks and every full block takes the vector path.
-    for (unsigned i = 0; i < 5; ++i) {
-      fn->addParamAttr(i, Attribute::NoCapture);
-      fn->addParamAttr(i, Attribute::NoAlias);
-    }
+    for (unsigned i = 0; i < fn->arg_size(); ++i)
+      if (fn->getArg(i)->getType()->isPointerTy()) {
+        fn->addParamAttr(i, Attribute::NoCapture);
+        fn->addParamAttr(i, Attribute::NoAlias);
+      }
     unsigned paramsArg = loss ? 3 : 4, nArg = loss ? 4 : 5;
     fn->addParamAttr(paramsArg, Attribute::ReadOnly);
 

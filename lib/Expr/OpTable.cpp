@@ -138,7 +138,8 @@ BINARY_RULE(Atan2, std::atan2(a, b),
             c.div(subD(c, mulD(c, b, da), mulD(c, a, db)), c.add(c.mul(a, a), c.mul(b, b))))
 UNARY_RULE(Sinh, std::sinh(a), c.mul(c.call(Op::Cosh, a), d))
 UNARY_RULE(Cosh, std::cosh(a), c.mul(c.call(Op::Sinh, a), d))
-UNARY_RULE(Tanh, std::tanh(a), c.mul(c.sub(num(c, 1), c.mul(e, e)), d))
+// sech(a)**2 rather than 1 - tanh(a)**2, which cancels where tanh is near 1.
+UNARY_RULE(Tanh, std::tanh(a), c.div(d, c.mul(c.call(Op::Cosh, a), c.call(Op::Cosh, a))))
 UNARY_RULE(Asinh, std::asinh(a), c.div(d, c.call(Op::Sqrt, c.add(c.mul(a, a), num(c, 1)))))
 // sqrt(a-1)*sqrt(a+1) rather than sqrt(a*a-1): no overflow for large a.
 UNARY_RULE(Acosh, std::acosh(a),
@@ -158,7 +159,8 @@ template <class T> T sigmoid(T a) {
   return a >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
 }
 UNARY_RULE(Sigmoid, sigmoid(a),
-           c.mul(c.mul(e, c.sub(num(c, 1), e)), d))
+           // sigmoid(a)*sigmoid(-a): 1 - sigmoid(a) would cancel for large a.
+           c.mul(c.mul(e, c.call(Op::Sigmoid, c.neg(a))), d))
 // max(a, 0) + log1p(exp(-|a|)); written so NaN propagates.
 UNARY_RULE(Softplus, (a > T(0) ? a : T(0)) + std::log1p(std::exp(-std::fabs(a))), c.mul(c.call(Op::Sigmoid, a), d))
 

@@ -81,7 +81,7 @@ struct ActivationLayer::Impl {
     constexpr DType want = std::is_same_v<T, float> ? DType::F32 : DType::F64;
     if (options.dtype != want)
       return Error(ErrorCode::InvalidArgument,
-                   fmt::format("layer was compiled for {}, called with {} arrays", toString(options.dtype), toString(want)));
+                   fmt::format("layer was compiled for {}, called with {} arrays", to_string(options.dtype), to_string(want)));
     if (Error e = guard.checkSize(nodeGroup.size(), batch))
       return e;
     if (batch && (!z || !out0 || (kind == ActivationKernel::Backward && !err) || (kind == ActivationKernel::Fused && !out1)))

@@ -89,7 +89,7 @@ struct Loss::Impl {
     constexpr DType want = std::is_same_v<T, float> ? DType::F32 : DType::F64;
     if (options.dtype != want)
       return Error(ErrorCode::InvalidArgument,
-                   fmt::format("loss was compiled for {}, called with {} arrays", toString(options.dtype), toString(want)));
+                   fmt::format("loss was compiled for {}, called with {} arrays", to_string(options.dtype), to_string(want)));
     if (n && (!yp || !yt || !out))
       return Error(ErrorCode::InvalidArgument, "null array pointer with a non-empty input");
     return Error::success();
@@ -240,12 +240,12 @@ Expected<double> Loss::constant(std::string_view name) const {
 std::string Loss::formula() const { return print(impl_->formula.expr); }
 std::string Loss::derivative() const { return print(impl_->derivative); }
 
-std::string_view toString(DType d) { return d == DType::F32 ? "f32" : "f64"; }
-std::string_view toString(Layout l) { return l == Layout::NodesMajor ? "nodes_major" : "batch_major"; }
-std::string_view toString(Reduction r) {
+std::string_view to_string(DType d) { return d == DType::F32 ? "f32" : "f64"; }
+std::string_view to_string(Layout l) { return l == Layout::NodesMajor ? "nodes_major" : "batch_major"; }
+std::string_view to_string(Reduction r) {
   return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none";
 }
-std::string_view toString(Method m) {
+std::string_view to_string(Method m) {
   switch (m) {
   case Method::Auto: return "auto";
   case Method::CpuJit: return "cpu_jit";

@@ -129,10 +129,10 @@ Expected<Method> resolveMethod(Method asked) {
     return info.defaultMethod;
   bool strict = runtimeFlags().strict;
   auto stepDown = [&](Method m, const std::string &why, Method next) -> Expected<Method> {
-    std::string msg = fmt::format("method {} is unavailable: {}", toString(m), why);
+    std::string msg = fmt::format("method {} is unavailable: {}", to_string(m), why);
     if (strict)
       return Error(ErrorCode::Unsupported, msg + " (strict mode)");
-    detail::warn(fmt::format("{}; using {}", msg, toString(next)));
+    detail::warn(fmt::format("{}; using {}", msg, to_string(next)));
     return next;
   };
   Method cpu = info.cpuJitEnabled ? Method::CpuJit : Method::CpuInterp;

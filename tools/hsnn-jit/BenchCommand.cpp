@@ -131,7 +131,7 @@ private:
     double kernelBytes = double(readArrays + writeArrays) * kElements * sizeof(T);
     double streamBytes = double(readArrays >= 2 ? 3 : 2) * kElements * sizeof(T);
     double scaledStream = streamMs * kernelBytes / streamBytes;
-    out_.push_back({std::move(workload), std::move(variant), std::string(toString(kDType)), ms, kernelBytes / ms / 1e6,
+    out_.push_back({std::move(workload), std::move(variant), std::string(to_string(kDType)), ms, kernelBytes / ms / 1e6,
                     scaledStream, ms / scaledStream});
   }
 
@@ -167,7 +167,7 @@ private:
         return layer.error();
       if (!oracle)
         return oracle.error();
-      std::string lay(toString(layout));
+      std::string lay(to_string(layout));
       if (o_.workload != "W2") {
         if (Error e = layer->forward(z.data(), a.data(), kBatch))
           return e;
@@ -284,7 +284,7 @@ int runBench(std::span<const std::string_view> args) {
   unsigned threads = o.threads ? o.threads : std::thread::hardware_concurrency();
   if (o.json) {
     fmt::print("{{\"machine\": {{\"cpu\": \"{}\", \"threads\": {}, \"method\": \"{}\"}}, \"results\": [", cpuModel(),
-               threads, toString(o.method));
+               threads, to_string(o.method));
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
       fmt::print("{}\n  {{\"workload\": \"{}\", \"variant\": \"{}\", \"dtype\": \"{}\", \"ms\": {:.3f}, \"gbps\": {:.2f}, "
@@ -294,7 +294,7 @@ int runBench(std::span<const std::string_view> args) {
     fmt::print("\n]}}\n");
     return Ok;
   }
-  fmt::print("cpu: {}, threads: {}, method: {}, {} elements per workload\n", cpuModel(), threads, toString(o.method),
+  fmt::print("cpu: {}, threads: {}, method: {}, {} elements per workload\n", cpuModel(), threads, to_string(o.method),
              kElements);
   fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8} {:>11} {:>8}\n", "", "variant", "dtype", "ms", "GB/s", "stream ms", "x_limit");
   for (const Result &r : results)
