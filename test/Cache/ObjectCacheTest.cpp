@@ -1,0 +1,227 @@
+//===- test/Cache/ObjectCacheTest.cpp - The on-disk kernel cache ----------===//
+#include "hsnn/Cache.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace hsnn;
+
+namespace {
+
+// A fresh cache directory for one test, the runtime pointed at it.
+struct TempCache {
+  std::string dir;
+  std::unique_ptr<ScopedRuntimeFlags> flags;
+  std::vector<std::string> warnings;
+  WarningHandler previous;
+  TempCache() {
+    char tmpl[] = "/tmp/hsnn-cache-test-XXXXXX";
+    dir = std::string(::mkdtemp(tmpl)) + "/cache";
+    RuntimeFlags f = runtimeFlags();
+    f.cacheDir = dir;
+    f.useKernelCache = true;
+    flags = std::make_unique<ScopedRuntimeFlags>(f);
+    previous = setWarningHandler([this](std::string_view m) { warnings.emplace_back(m); });
+  }
+  ~TempCache() {
+    setWarningHandler(previous);
+    std::error_code ec;
+    fs::remove_all(fs::path(dir).parent_path(), ec);
+  }
+  std::vector<fs::path> files() const {
+    std::vector<fs::path> v;
+    for (auto &e : fs::recursive_directory_iterator(dir))
+      if (e.is_regular_file())
+        v.push_back(e.path());
+    return v;
+  }
+};
+
+const std::vector<NodeSpec> kLayer = {{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"softplus", {}}};
+
+Expected<ActivationLayer> build(const std::vector<NodeSpec> &nodes = kLayer, LayerOptions o = {}) {
+  o.method = Method::CpuJit;
+  return ActivationLayer::compile(nodes, o);
+}
+
+bool jitAvailable() {
+  if (!runtimeInfo().cpuJitEnabled)
+    MESSAGE("skipped: cpu_jit unavailable (" << runtimeInfo().cpuJitUnavailableReason << ")");
+  return runtimeInfo().cpuJitEnabled;
+}
+
+std::vector<float> run(const ActivationLayer &layer) {
+  std::vector<float> z(3 * 100), a(z.size());
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = float(i % 17) * 0.3f - 2;
+  REQUIRE_FALSE(static_cast<bool>(layer.forward(z.data(), a.data(), 100)));
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("a second compile of the same layer is a cache hit with the same results") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  auto first = build();
+  REQUIRE(first);
+  CHECK_FALSE(first->compileInfo().cacheHit);
+  auto second = build();
+  REQUIRE(second);
+  CHECK(second->compileInfo().cacheHit);
+  CHECK(second->compileInfo().optimizeMs == 0);
+  CHECK(run(*first) == run(*second));
+  // The directory and entry are private to this user.
+  struct stat st;
+  REQUIRE(::stat(cache.dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  REQUIRE(cache.files().size() == 1);
+  REQUIRE(::stat(cache.files()[0].c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // A constant's value is read at run time: not part of the key.
+  auto other = build({{"gelu", {}}, {"sin(num)*alpha", {{"alpha", -7}}}, {"softplus", {}}});
+  CHECK(other->compileInfo().cacheHit);
+  CHECK(cache.warnings.empty());
+}
+
+TEST_CASE("any change to what the code depends on is a miss") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  REQUIRE(build());
+  CHECK_FALSE(build({{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"mish", {}}})->compileInfo().cacheHit);
+  CHECK_FALSE(build(kLayer, {.dtype = DType::F64})->compileInfo().cacheHit);
+  CHECK_FALSE(build(kLayer, {.optLevel = 1})->compileInfo().cacheHit);
+  CHECK_FALSE(build(kLayer, {.fastMath = true})->compileInfo().cacheHit);
+  CHECK_FALSE(build({{"gelu", {}}, {"cos(num)*alpha", {{"alpha", 2}}}, {"softplus", {}}})->compileInfo().cacheHit);
+  // A constant's name never reaches the code (it is a slot in params): same object.
+  CHECK(build({{"gelu", {}}, {"sin(num)*beta", {{"beta", 2}}}, {"softplus", {}}})->compileInfo().cacheHit);
+  CHECK(build(kLayer, {.layout = Layout::BatchMajor})->compileInfo().cacheHit); // same kernels, other launcher
+  CHECK(build()->compileInfo().cacheHit);
+}
+
+TEST_CASE("corrupt, truncated and foreign entries are recompiled, never loaded") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  auto good = build();
+  REQUIRE(good);
+  std::vector<float> want = run(*good);
+  fs::path entry = cache.files().at(0);
+  auto original = fs::file_size(entry);
+
+  auto damage = [&](auto fn) {
+    std::vector<char> bytes(original);
+    {
+      std::ifstream in(entry, std::ios::binary);
+      in.read(bytes.data(), std::streamsize(bytes.size()));
+    }
+    fn(bytes);
+    std::ofstream out(entry, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+  };
+  // Rewrites the good entry after each damage so the next case starts clean.
+  auto expectMissThenHeal = [&](const char *what) {
+    CAPTURE(what);
+    auto layer = build();
+    REQUIRE(layer);
+    CHECK_FALSE(layer->compileInfo().cacheHit);
+    CHECK(run(*layer) == want);
+    CHECK(build()->compileInfo().cacheHit);
+    original = fs::file_size(entry);
+  };
+
+  damage([](std::vector<char> &b) { b[b.size() / 2] ^= 0x10; }); // a flipped bit in the payload
+  expectMissThenHeal("bit flip");
+  damage([](std::vector<char> &b) { b.resize(b.size() - 100); });
+  expectMissThenHeal("truncated");
+  damage([](std::vector<char> &b) { b.resize(40); });
+  expectMissThenHeal("header only");
+  damage([](std::vector<char> &b) { b[20] ^= 1; }); // key field
+  expectMissThenHeal("wrong key");
+  damage([](std::vector<char> &b) { std::fill(b.begin(), b.end(), 'x'); });
+  expectMissThenHeal("foreign file");
+}
+
+TEST_CASE("a directory others can write, or another user's, is refused with a warning") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  fs::create_directories(cache.dir);
+  ::chmod(cache.dir.c_str(), 0777);
+  auto layer = build();
+  REQUIRE(layer);
+  CHECK_FALSE(layer->compileInfo().cacheHit);
+  REQUIRE(cache.warnings.size() == 1);
+  CHECK(cache.warnings[0] == "refusing cache directory " + cache.dir +
+                                 ": it is writable by group or others (mode 777); kernels are not cached on disk");
+  CHECK(cache.files().empty());
+  CHECK_FALSE(build()->compileInfo().cacheHit);
+}
+
+TEST_CASE("the cache can be switched off") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  RuntimeFlags f = runtimeFlags();
+  f.useKernelCache = false;
+  ScopedRuntimeFlags off(f);
+  REQUIRE(build());
+  CHECK_FALSE(build()->compileInfo().cacheHit);
+  CHECK_FALSE(fs::exists(cache.dir));
+}
+
+TEST_CASE("two processes writing the same entry at once leave one valid entry") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  // Forked before this process starts any threads (each test case runs in its own process under ctest).
+  pid_t kids[2];
+  for (pid_t &k : kids) {
+    k = ::fork();
+    if (k == 0) {
+      auto layer = build();
+      ::_exit(layer && layer->method() == Method::CpuJit ? 0 : 1);
+    }
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ::waitpid(k, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  auto files = cache.files();
+  REQUIRE(files.size() == 1); // no temporary files left behind
+  CHECK(files[0].extension() == ".hsnn");
+  CHECK(build()->compileInfo().cacheHit);
+}
+
+TEST_CASE("clearing by category, listing, and the size cap") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  REQUIRE(build());
+  REQUIRE(build({{"relu", {}}}));
+  auto list = listKernelCache();
+  REQUIRE(list);
+  CHECK(list->size() == 2);
+  CHECK(list->at(0).category == "cpu");
+  CHECK(list->at(0).bytes > 0);
+  REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Gpu)));
+  CHECK(listKernelCache()->size() == 2);
+  REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Cpu)));
+  CHECK(listKernelCache()->empty());
+
+  setKernelCacheLimit(1); // every store evicts down to the cap
+  REQUIRE(build());
+  CHECK(listKernelCache()->empty());
+  setKernelCacheLimit(256ull << 20);
+}
