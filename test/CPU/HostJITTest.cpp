@@ -234,6 +234,9 @@ TEST_CASE("compiling and running from 8 threads at once is safe") {
 
 TEST_CASE("compile timings are reported") {
   REQUIRE_JIT();
+  RuntimeFlags noCache = runtimeFlags();
+  noCache.useKernelCache = false;
+  ScopedRuntimeFlags scope(noCache);
   auto layer = ActivationLayer::compile({{"gelu", {}}, {"relu", {}}}, {.method = Method::CpuJit});
   REQUIRE(layer);
   const CompileInfo &info = layer->compileInfo();
