@@ -8,13 +8,17 @@
 #include "Commands.h"
 
 #include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
+#include <unistd.h>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -28,8 +32,8 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kBenchHelp =
-    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|all] [--dtype f32|f64|both]
-                      [--method auto|interp] [--threads N] [--reps N] [--json]
+    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|compile|all] [--dtype f32|f64|both]
+                      [--method auto|jit|interp] [--threads N] [--reps N] [--json]
 
 Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
 (r1w1) or triad (r2w1) over arrays of the same size measured right after it.
@@ -39,6 +43,8 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   W2  the same layer backward (delta = err * f'(z)) and fused
   W3  gelu alone, forward and backward
   W4  losses mse, huber, bce: mean forward, gradient, fused
+  compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
+      process (process start-up reported apart), and the interpreter on W1
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
 Outputs are checked against the interpreter before they are timed.
 )";
@@ -79,6 +85,18 @@ struct Result {
   std::string workload, variant, dtype;
   double ms, gbps, streamMs, xLimit;
 };
+
+struct CompileResult {
+  double coldMs = 0, emitMs = 0, optimizeMs = 0, codegenMs = 0, cacheHitMs = 0, processStartMs = 0, interpW1Ms = 0;
+  bool ran = false;
+};
+
+std::vector<NodeSpec> w1Nodes() {
+  std::vector<NodeSpec> nodes;
+  for (size_t j = 0; j < kNodes; ++j)
+    nodes.push_back({kW1Formulas[j % 8], {}});
+  return nodes;
+}
 
 struct BenchOptions {
   std::string workload = "all";
@@ -155,9 +173,7 @@ private:
 
   std::optional<Error> layerWorkloads() {
     ensureStreams();
-    std::vector<NodeSpec> nodes;
-    for (size_t j = 0; j < kNodes; ++j)
-      nodes.push_back({kW1Formulas[j % 8], {}});
+    std::vector<NodeSpec> nodes = w1Nodes();
     std::vector<T> z = randomArray<T>(kElements, -4, 4, 1), err = randomArray<T>(kElements, -1, 1, 2);
     std::vector<T> a(kElements), d(kElements), ref(kElements);
     for (Layout layout : {Layout::BatchMajor, Layout::NodesMajor}) {
@@ -229,9 +245,88 @@ std::string cpuModel() {
   return "unknown";
 }
 
+// Compiles the W1 layer once and prints the compile time: run in a fresh
+// process by the compile workload to time a cache hit.
+int cacheHitProbe() {
+  auto t0 = Clock::now();
+  auto layer = ActivationLayer::compile(w1Nodes(), {.method = Method::CpuJit});
+  double ms = msSince(t0);
+  if (!layer || !layer->compileInfo().cacheHit)
+    return BadInput;
+  fmt::print("{:.4f}\n", ms);
+  return Ok;
+}
+
+std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
+  r.ran = true;
+  char tmpl[] = "/tmp/hsnn-bench-cache-XXXXXX";
+  if (!::mkdtemp(tmpl))
+    return Error(ErrorCode::Internal, "cannot create a temporary cache directory");
+  std::string dir = std::string(tmpl) + "/cache";
+  RuntimeFlags f = runtimeFlags();
+  f.useKernelCache = false;
+  {
+    ScopedRuntimeFlags noCache(f);
+    std::vector<double> cold;
+    for (int i = 0; i < std::max(3, o.reps / 2); ++i) {
+      auto t0 = Clock::now();
+      auto layer = ActivationLayer::compile(w1Nodes(), {.method = Method::CpuJit});
+      cold.push_back(msSince(t0));
+      if (!layer)
+        return layer.error();
+      if (layer->method() != Method::CpuJit)
+        return Error(ErrorCode::Unsupported, "the compile workload needs cpu_jit");
+      r.emitMs = layer->compileInfo().emitMs;
+      r.optimizeMs = layer->compileInfo().optimizeMs;
+      r.codegenMs = layer->compileInfo().codegenMs;
+    }
+    std::sort(cold.begin(), cold.end());
+    r.coldMs = cold[cold.size() / 2];
+  }
+  f.useKernelCache = true;
+  f.cacheDir = dir;
+  {
+    ScopedRuntimeFlags cached(f);
+    if (auto layer = ActivationLayer::compile(w1Nodes(), {.method = Method::CpuJit}); !layer)
+      return layer.error();
+  }
+  std::vector<double> hits, starts;
+  for (int i = 0; i < 5; ++i) {
+    std::string cmd = fmt::format("HSNN_CACHE_DIR='{}' /proc/{}/exe bench --cache-hit-probe", dir, ::getpid());
+    auto t0 = Clock::now();
+    FILE *p = ::popen(cmd.c_str(), "r");
+    double hit = -1;
+    if (p) {
+      if (std::fscanf(p, "%lf", &hit) != 1)
+        hit = -1;
+      ::pclose(p);
+    }
+    double total = msSince(t0);
+    if (hit < 0)
+      return Error(ErrorCode::Internal, "the cache-hit probe process failed");
+    hits.push_back(hit);
+    starts.push_back(total - hit);
+  }
+  std::sort(hits.begin(), hits.end());
+  std::sort(starts.begin(), starts.end());
+  r.cacheHitMs = hits[hits.size() / 2];
+  r.processStartMs = starts[starts.size() / 2];
+  std::error_code ec;
+  std::filesystem::remove_all(tmpl, ec);
+
+  auto interp = ActivationLayer::compile(w1Nodes(), {.method = Method::CpuInterp, .layout = Layout::BatchMajor});
+  if (!interp)
+    return interp.error();
+  std::vector<float> z = randomArray<float>(kElements, -4, 4, 1), a(kElements);
+  r.interpW1Ms = medianMs(std::max(3, o.reps / 3), [&] { (void)interp->forward(z.data(), a.data(), kBatch); });
+  return std::nullopt;
+}
+
 } // namespace
 
 int runBench(std::span<const std::string_view> args) {
+  if (args.size() == 1 && args[0] == "--cache-hit-probe")
+    return cacheHitProbe();
   BenchOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
@@ -245,8 +340,8 @@ int runBench(std::span<const std::string_view> args) {
       o.json = true;
     } else if (a == "--workload") {
       auto v = value();
-      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "all"))
-        return usageError("bench", "--workload takes W1, W2, W3, W4 or all");
+      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "compile" && *v != "all"))
+        return usageError("bench", "--workload takes W1, W2, W3, W4, compile or all");
       o.workload = std::string(*v);
     } else if (a == "--dtype") {
       auto v = value();
@@ -255,9 +350,9 @@ int runBench(std::span<const std::string_view> args) {
       o.dtypes = *v == "f32" ? std::vector{DType::F32} : *v == "f64" ? std::vector{DType::F64} : std::vector{DType::F32, DType::F64};
     } else if (a == "--method") {
       auto v = value();
-      if (!v || (*v != "auto" && *v != "interp"))
-        return usageError("bench", "--method takes auto or interp");
-      o.method = *v == "interp" ? Method::CpuInterp : Method::Auto;
+      if (!v || (*v != "auto" && *v != "interp" && *v != "jit"))
+        return usageError("bench", "--method takes auto, jit or interp");
+      o.method = *v == "interp" ? Method::CpuInterp : *v == "jit" ? Method::CpuJit : Method::Auto;
     } else if (a == "--threads" || a == "--reps") {
       auto v = value();
       int n = 0;
@@ -273,7 +368,13 @@ int runBench(std::span<const std::string_view> args) {
   if (o.threads)
     limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
   std::vector<Result> results;
-  for (DType dt : o.dtypes) {
+  CompileResult compile;
+  if (o.workload == "compile" || o.workload == "all")
+    if (auto e = compileWorkload(o, compile)) {
+      fmt::print(stderr, "hsnn-jit bench: error: {}\n", e->message());
+      return BadInput;
+    }
+  for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
     std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results).run() : Bench<double>(o, results).run();
     if (e) {
       fmt::print(stderr, "hsnn-jit bench: error: {}\n", e->message());
@@ -291,7 +392,13 @@ int runBench(std::span<const std::string_view> args) {
                  "\"stream_ms\": {:.3f}, \"x_limit\": {:.3f}}}",
                  i ? "," : "", r.workload, r.variant, r.dtype, r.ms, r.gbps, r.streamMs, r.xLimit);
     }
-    fmt::print("\n]}}\n");
+    fmt::print("\n]");
+    if (compile.ran)
+      fmt::print(", \"compile\": {{\"cold_ms\": {:.3f}, \"emit_ms\": {:.3f}, \"optimize_ms\": {:.3f}, \"codegen_ms\": {:.3f}, "
+                 "\"cache_hit_ms\": {:.3f}, \"process_start_ms\": {:.3f}, \"interpreter_w1_ms\": {:.3f}}}",
+                 compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
+                 compile.processStartMs, compile.interpW1Ms);
+    fmt::print("}}\n");
     return Ok;
   }
   fmt::print("cpu: {}, threads: {}, method: {}, {} elements per workload\n", cpuModel(), threads, to_string(o.method),
@@ -300,6 +407,12 @@ int runBench(std::span<const std::string_view> args) {
   for (const Result &r : results)
     fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
                r.streamMs, r.xLimit);
+  if (compile.ran)
+    fmt::print("compile (W1 layer, 256 nodes, forward+backward+fused): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "
+               "codegen {:.2f}); cache hit in a fresh process {:.2f} ms (+ {:.1f} ms process start); interpreter W1 "
+               "forward {:.2f} ms\n",
+               compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
+               compile.processStartMs, compile.interpW1Ms);
   return Ok;
 }
 

@@ -30,6 +30,8 @@ commands:
   diff FORMULA      print the simplified derivative
   eval FORMULA      evaluate with the interpreter at a point
   bench             time the kernels next to a memory-bandwidth reference
+  cache             list, size or clear the on-disk kernel cache
+  info              what the runtime detected (CPU, JIT, GPUs, cache)
 
 options:
   -h, --help        show help (also after a command)
@@ -64,5 +66,9 @@ int main(int argc, char **argv) {
     return runEval(rest);
   if (cmd == "bench")
     return runBench(rest);
+  if (cmd == "cache")
+    return runCache(rest);
+  if (cmd == "info")
+    return runInfo(rest);
   return usageError("", fmt::format("unknown command '{}'", cmd));
 }

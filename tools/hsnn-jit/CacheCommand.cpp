@@ -1,0 +1,146 @@
+//===- tools/hsnn-jit/CacheCommand.cpp - hsnn-jit cache and info ----------===//
+#include "Commands.h"
+
+#include "hsnn/Cache.h"
+#include "hsnn/Runtime.h"
+
+#include <fmt/format.h>
+#include <thread>
+
+namespace hsnn::cli {
+
+namespace {
+constexpr const char *kCacheHelp = R"(usage: hsnn-jit cache list|stats|clear [all|cpu|gpu] [--json]
+
+  list    the entries, most recently used first
+  stats   entry count and total size per category
+  clear   remove the entries of a category (default: all)
+The directory is HSNN_CACHE_DIR, else $XDG_CACHE_HOME/hsnn, else ~/.cache/hsnn.
+)";
+constexpr const char *kInfoHelp = R"(usage: hsnn-jit info [--json]
+
+Prints what the runtime detected: CPU, capability, threads, JIT availability,
+GPUs, the default method, and the cache directory and size.
+)";
+
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", int(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+} // namespace
+
+int runCache(std::span<const std::string_view> args) {
+  std::string_view action, category = "all";
+  bool json = false;
+  for (std::string_view a : args) {
+    if (a == "-h" || a == "--help") {
+      fmt::print("{}", kCacheHelp);
+      return Ok;
+    }
+    if (a == "--json")
+      json = true;
+    else if (action.empty())
+      action = a;
+    else if (action == "clear" && (a == "all" || a == "cpu" || a == "gpu"))
+      category = a;
+    else
+      return usageError("cache", fmt::format("unexpected argument '{}'", a));
+  }
+  if (action != "list" && action != "stats" && action != "clear")
+    return usageError("cache", action.empty() ? "expected list, stats or clear" : fmt::format("unknown action '{}'", action));
+
+  if (action == "clear") {
+    CacheCategory c = category == "cpu" ? CacheCategory::Cpu : category == "gpu" ? CacheCategory::Gpu : CacheCategory::All;
+    if (Error e = clearKernelCache(c)) {
+      fmt::print(stderr, "hsnn-jit cache: error: {}\n", e.message());
+      return BadInput;
+    }
+    fmt::print("cleared {} entries in {}\n", category, kernelCacheDir());
+    return Ok;
+  }
+  auto entries = listKernelCache();
+  if (!entries) {
+    fmt::print(stderr, "hsnn-jit cache: error: {}\n", entries.error().message());
+    return BadInput;
+  }
+  if (action == "list") {
+    if (json) {
+      fmt::print("[");
+      for (size_t i = 0; i < entries->size(); ++i) {
+        const CacheEntryInfo &e = (*entries)[i];
+        fmt::print("{}{{\"path\": {}, \"category\": \"{}\", \"bytes\": {}, \"last_used\": {}}}", i ? ", " : "",
+                   jsonString(e.path), e.category, e.bytes, e.lastUsed);
+      }
+      fmt::print("]\n");
+    } else {
+      for (const CacheEntryInfo &e : *entries)
+        fmt::print("{:<4} {:>9} {}\n", e.category, e.bytes, e.path);
+    }
+    return Ok;
+  }
+  uint64_t n[2] = {0, 0}, bytes[2] = {0, 0};
+  for (const CacheEntryInfo &e : *entries) {
+    int k = e.category == "gpu";
+    ++n[k];
+    bytes[k] += e.bytes;
+  }
+  if (json)
+    fmt::print("{{\"dir\": {}, \"cpu\": {{\"entries\": {}, \"bytes\": {}}}, \"gpu\": {{\"entries\": {}, \"bytes\": {}}}}}\n",
+               jsonString(kernelCacheDir()), n[0], bytes[0], n[1], bytes[1]);
+  else
+    fmt::print("dir: {}\ncpu: {} entries, {} bytes\ngpu: {} entries, {} bytes\n", kernelCacheDir(), n[0], bytes[0], n[1],
+               bytes[1]);
+  return Ok;
+}
+
+int runInfo(std::span<const std::string_view> args) {
+  bool json = false;
+  for (std::string_view a : args) {
+    if (a == "-h" || a == "--help") {
+      fmt::print("{}", kInfoHelp);
+      return Ok;
+    }
+    if (a != "--json")
+      return usageError("info", fmt::format("unexpected argument '{}'", a));
+    json = true;
+  }
+  const RuntimeInfo &i = runtimeInfo();
+  RuntimeFlags f = runtimeFlags();
+  unsigned threads = f.threads ? f.threads : std::thread::hardware_concurrency();
+  uint64_t cacheBytes = 0, cacheEntries = 0;
+  if (auto entries = listKernelCache())
+    for (const CacheEntryInfo &e : *entries) {
+      cacheBytes += e.bytes;
+      ++cacheEntries;
+    }
+  if (json) {
+    fmt::print("{{\"cpu\": {}, \"cpu_capability\": \"{}\", \"threads\": {}, \"cpu_jit_enabled\": {}, "
+               "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpu_unavailable_reason\": {}, "
+               "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
+               "\"cache_entries\": {}, \"cache_bytes\": {}}}\n",
+               jsonString(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonString(i.cpuJitUnavailableReason),
+               i.gpuEnabled, i.numGpus, jsonString(i.gpuUnavailableReason), to_string(i.defaultMethod), f.useKernelCache,
+               f.strict, jsonString(kernelCacheDir()), cacheEntries, cacheBytes);
+    return Ok;
+  }
+  fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
+  fmt::print("threads:        {}\n", threads);
+  fmt::print("cpu_jit:        {}\n", i.cpuJitEnabled ? "available" : "unavailable: " + i.cpuJitUnavailableReason);
+  fmt::print("gpus:           {}\n", i.gpuEnabled ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
+  fmt::print("default method: {}\n", to_string(i.defaultMethod));
+  fmt::print("strict:         {}\n", f.strict);
+  fmt::print("kernel cache:   {} ({}; {} entries, {} bytes)\n", kernelCacheDir(), f.useKernelCache ? "on" : "off",
+             cacheEntries, cacheBytes);
+  return Ok;
+}
+
+} // namespace hsnn::cli
