@@ -44,8 +44,19 @@ expect bad-command 2 $'hsnn-jit: error: unknown command \'frobnicate\'\nTry \'hs
 expect no-command 2 $'hsnn-jit: error: no command given\nTry \'hsnn-jit --help\'.' --
 expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss\'\nTry \'hsnn-jit parse --help\'.' -- parse x --mode foo
 expect version 0 'hsnn-jit 0.1.0' -- --version
+expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
+expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
+expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
+expect info-bad 2 $'hsnn-jit info: error: unexpected argument \'--frob\'\nTry \'hsnn-jit info --help\'.' -- info --frob
 
-for sub in parse diff eval; do
+# cache clear / stats round trip in a private directory
+export HSNN_CACHE_DIR="$(mktemp -d)/cache"
+expect cache-clear 0 "cleared cpu entries in $HSNN_CACHE_DIR" -- cache clear cpu
+expect cache-stats 0 $"dir: $HSNN_CACHE_DIR"$'\ncpu: 0 entries, 0 bytes\ngpu: 0 entries, 0 bytes' -- cache stats
+out=$("$J" info --json 2>&1); code=$?
+if [ $code = 0 ] && [[ "$out" == *'"default_method": '* ]] && [[ "$out" == *"\"cache_dir\": \"$HSNN_CACHE_DIR\""* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info --json: $out"; fi
+
+for sub in parse diff eval bench cache info; do
   out=$("$J" $sub --help 2>&1); code=$?
   if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi
 done
