@@ -55,32 +55,43 @@ void launchActivation(Layout layout, size_t nodes, size_t batch, const T *z, con
     });
     return;
   }
-  // Batch-major: a task takes a tile of rows and walks the nodes, gathering
-  // each column into a contiguous buffer while the tile is hot in cache.
+  // Batch-major: a task takes a tile of rows and moves it through the
+  // kernels kColumns nodes at a time: each row segment read or written is
+  // contiguous (whole cache lines), and each node's run is contiguous in
+  // the scratch buffer, so the kernels are the nodes-major ones.
+  constexpr size_t kColumns = 16;
   size_t rowBlocks = (batch + block - 1) / block;
   forBlocks(rowBlocks, std::min(batch, block) * nodes, [&](size_t t) {
     thread_local ColumnScratch<T> scratch;
-    scratch.buf.resize(4 * block);
-    T *zc = scratch.buf.data(), *ec = zc + block, *o0 = ec + block, *o1 = o0 + block;
+    scratch.buf.resize(4 * kColumns * block);
+    T *zc = scratch.buf.data(), *ec = zc + kColumns * block, *o0 = ec + kColumns * block, *o1 = o0 + kColumns * block;
     size_t r0 = t * block, len = std::min(block, batch - r0);
-    for (size_t n = 0; n < nodes; ++n) {
-      const T *zcol = z + r0 * nodes + n;
-      for (size_t r = 0; r < len; ++r)
-        zc[r] = zcol[r * nodes];
-      if (err) {
-        const T *ecol = err + r0 * nodes + n;
-        for (size_t r = 0; r < len; ++r)
-          ec[r] = ecol[r * nodes];
+    for (size_t n0 = 0; n0 < nodes; n0 += kColumns) {
+      size_t w = std::min(kColumns, nodes - n0);
+      for (size_t r = 0; r < len; ++r) {
+        const T *row = z + (r0 + r) * nodes + n0;
+        for (size_t c = 0; c < w; ++c)
+          zc[c * block + r] = row[c];
       }
-      run(n, zc, err ? ec : nullptr, o0, out1 ? o1 : nullptr, len);
-      T *a = out0 + r0 * nodes + n;
-      for (size_t r = 0; r < len; ++r)
-        a[r * nodes] = o0[r];
-      if (out1) {
-        T *d = out1 + r0 * nodes + n;
-        for (size_t r = 0; r < len; ++r)
-          d[r * nodes] = o1[r];
+      if (err)
+        for (size_t r = 0; r < len; ++r) {
+          const T *row = err + (r0 + r) * nodes + n0;
+          for (size_t c = 0; c < w; ++c)
+            ec[c * block + r] = row[c];
+        }
+      for (size_t c = 0; c < w; ++c)
+        run(n0 + c, zc + c * block, err ? ec + c * block : nullptr, o0 + c * block, out1 ? o1 + c * block : nullptr, len);
+      for (size_t r = 0; r < len; ++r) {
+        T *row = out0 + (r0 + r) * nodes + n0;
+        for (size_t c = 0; c < w; ++c)
+          row[c] = o0[c * block + r];
       }
+      if (out1)
+        for (size_t r = 0; r < len; ++r) {
+          T *row = out1 + (r0 + r) * nodes + n0;
+          for (size_t c = 0; c < w; ++c)
+            row[c] = o1[c * block + r];
+        }
     }
   });
 }
