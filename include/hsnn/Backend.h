@@ -1,0 +1,65 @@
+//===- hsnn/Backend.h - Devices that hold arrays and run kernels -*- C++ -*-===//
+//
+// PyDotCompute's Backend interface: where arrays live and how they move.
+// getBackend("auto" | "cpu" | "cuda" | "cuda:N"); asking for a backend this
+// machine does not have is an error that says why.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+#include "hsnn/Layer.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace hsnn {
+
+struct MemoryInfo {
+  size_t free = 0;
+  size_t total = 0;
+};
+
+/// Memory owned by a backend; freed when the last copy goes away.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::shared_ptr<void> data, size_t bytes, std::string backend)
+      : data_(std::move(data)), bytes_(bytes), backend_(std::move(backend)) {}
+  void *data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+  /// The backend that owns it ("cpu", "cuda:0", ...).
+  const std::string &backend() const { return backend_; }
+  template <class T> T *as() const { return static_cast<T *>(data_.get()); }
+
+private:
+  std::shared_ptr<void> data_;
+  size_t bytes_ = 0;
+  std::string backend_;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// "cpu", "cuda:0", ...
+  virtual std::string name() const = 0;
+  virtual bool isAvailable() const = 0;
+  /// Room for `count` elements of `dtype` (64-byte aligned on the CPU).
+  virtual Expected<DeviceBuffer> allocate(size_t count, DType dtype) = 0;
+  /// Copies `bytes` from host memory into the buffer (at byte `offset`).
+  virtual Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset = 0) = 0;
+  /// Copies `bytes` from the buffer (at byte `offset`) into host memory.
+  virtual Error toHost(void *host, const DeviceBuffer &src, size_t bytes, size_t offset = 0) = 0;
+  /// Waits until all work issued to this backend has finished.
+  virtual Error synchronize() = 0;
+  virtual Expected<MemoryInfo> memoryInfo() const = 0;
+  /// "async", "streams", "shared_memory".
+  virtual bool supportsFeature(std::string_view feature) const = 0;
+};
+
+/// "auto" (the best available), "cpu", "cuda" (device 0) or "cuda:N".
+Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec = "auto");
+
+} // namespace hsnn

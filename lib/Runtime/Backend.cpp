@@ -1,0 +1,109 @@
+//===- lib/Runtime/Backend.cpp - Backend registry and the CPU backend -----===//
+#include "hsnn/Backend.h"
+
+#include "hsnn/Runtime.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <limits>
+
+namespace hsnn {
+namespace {
+
+size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
+
+/// Host memory: "device" and host are one address space, copies are memcpy.
+class CpuBackend final : public Backend {
+public:
+  std::string name() const override { return "cpu"; }
+  bool isAvailable() const override { return true; }
+
+  Expected<DeviceBuffer> allocate(size_t count, DType dtype) override {
+    size_t es = elementSize(dtype);
+    if (count > std::numeric_limits<size_t>::max() / es - 64)
+      return Error(ErrorCode::InvalidArgument, fmt::format("{} elements of {} overflow the address space", count, to_string(dtype)));
+    size_t bytes = count * es, rounded = (bytes + 63) / 64 * 64;
+    void *p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p)
+      return Error(ErrorCode::InvalidArgument, fmt::format("cannot allocate {} bytes", bytes));
+    return DeviceBuffer(std::shared_ptr<void>(p, std::free), bytes, "cpu");
+  }
+
+  Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset) override {
+    if (Error e = check(dst, host, bytes, offset))
+      return e;
+    std::memcpy(static_cast<char *>(dst.data()) + offset, host, bytes);
+    return Error::success();
+  }
+
+  Error toHost(void *host, const DeviceBuffer &src, size_t bytes, size_t offset) override {
+    if (Error e = check(src, host, bytes, offset))
+      return e;
+    std::memcpy(host, static_cast<const char *>(src.data()) + offset, bytes);
+    return Error::success();
+  }
+
+  Error synchronize() override { return Error::success(); } // CPU kernels return when done
+
+  Expected<MemoryInfo> memoryInfo() const override {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    size_t value = 0;
+    std::string unit;
+    MemoryInfo info;
+    while (in >> key >> value >> unit) {
+      if (key == "MemTotal:")
+        info.total = value * 1024;
+      else if (key == "MemAvailable:")
+        info.free = value * 1024;
+    }
+    if (!info.total)
+      return Error(ErrorCode::Unsupported, "cannot read /proc/meminfo");
+    return info;
+  }
+
+  bool supportsFeature(std::string_view f) const override { return f == "shared_memory"; }
+
+private:
+  static Error check(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) {
+    if (buf.backend() != "cpu")
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not cpu", buf.backend()));
+    if (bytes && !host)
+      return Error(ErrorCode::InvalidArgument, "null host pointer");
+    if (offset > buf.bytes() || bytes > buf.bytes() - offset)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
+    return Error::success();
+  }
+};
+
+} // namespace
+
+Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec) {
+  const RuntimeInfo &info = runtimeInfo();
+  if (spec == "cpu" || (spec == "auto" && !info.gpuEnabled)) {
+    static auto cpu = std::make_shared<CpuBackend>();
+    return std::shared_ptr<Backend>(cpu);
+  }
+  if (spec == "auto" || spec == "cuda" || spec.starts_with("cuda:")) {
+    int device = 0;
+    if (spec.starts_with("cuda:")) {
+      std::string_view n = spec.substr(5);
+      auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), device);
+      if (ec != std::errc() || p != n.data() + n.size() || device < 0)
+        return Error(ErrorCode::InvalidArgument, fmt::format("bad backend '{}': expected cuda:N with N a device number", spec));
+    }
+    if (!info.gpuEnabled)
+      return Error(ErrorCode::Unsupported, fmt::format("backend '{}' is unavailable: {}", spec, info.gpuUnavailableReason));
+    if (device >= info.numGpus)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("backend '{}': device {} does not exist; valid devices are 0..{}", spec, device, info.numGpus - 1));
+    return Error(ErrorCode::Unsupported, "the CUDA backend is not built yet");
+  }
+  return Error(ErrorCode::InvalidArgument, fmt::format("unknown backend '{}'; use auto, cpu, cuda or cuda:N", spec));
+}
+
+} // namespace hsnn

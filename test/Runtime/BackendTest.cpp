@@ -1,0 +1,47 @@
+//===- test/Runtime/BackendTest.cpp - Backends and getBackend -------------===//
+#include "hsnn/Backend.h"
+#include "hsnn/Runtime.h"
+
+#include <doctest/doctest.h>
+#include <vector>
+
+using namespace hsnn;
+
+TEST_CASE("the CPU backend allocates, copies and reports memory") {
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  CHECK((*cpu)->name() == "cpu");
+  CHECK((*cpu)->isAvailable());
+  auto buf = (*cpu)->allocate(1000, DType::F32);
+  REQUIRE(buf);
+  CHECK(buf->bytes() == 4000);
+  CHECK(reinterpret_cast<uintptr_t>(buf->data()) % 64 == 0);
+  std::vector<float> in(1000), out(1000);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = float(i) * 0.5f;
+  CHECK_FALSE(static_cast<bool>((*cpu)->toDevice(*buf, in.data(), 4000)));
+  CHECK_FALSE(static_cast<bool>((*cpu)->toHost(out.data(), *buf, 4000)));
+  CHECK(in == out);
+  CHECK_FALSE(static_cast<bool>((*cpu)->synchronize()));
+  CHECK((*cpu)->toHost(out.data(), *buf, 4000, 8).message() ==
+        "copy of 4000 bytes at offset 8 overruns a buffer of 4000 bytes");
+  auto mem = (*cpu)->memoryInfo();
+  REQUIRE(mem);
+  CHECK(mem->total > 0);
+  CHECK(mem->free <= mem->total);
+  CHECK((*cpu)->supportsFeature("shared_memory"));
+  CHECK_FALSE((*cpu)->supportsFeature("streams"));
+}
+
+TEST_CASE("asking for an absent backend is an error that says why") {
+  const RuntimeInfo &info = runtimeInfo();
+  REQUIRE_FALSE(info.gpuEnabled);
+  auto cuda = getBackend("cuda:1");
+  REQUIRE_FALSE(cuda);
+  CHECK(cuda.error().message() == "backend 'cuda:1' is unavailable: " + info.gpuUnavailableReason);
+  CHECK(getBackend("tpu").error().message() == "unknown backend 'tpu'; use auto, cpu, cuda or cuda:N");
+  CHECK(getBackend("cuda:x").error().message() == "bad backend 'cuda:x': expected cuda:N with N a device number");
+  auto a = getBackend("auto");
+  REQUIRE(a);
+  CHECK((*a)->name() == "cpu");
+}
