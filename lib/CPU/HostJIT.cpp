@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <fmt/format.h>
 #include <mutex>
@@ -129,11 +130,6 @@ public:
     emit.fastMath = options.fastMath;
     if (llvm::Error e = emitKernels(module, requests, emit))
       return fromLLVM(std::move(e), "code generation failed");
-    for (llvm::Function &f : module)
-      if (!f.isDeclaration()) {
-        f.addFnAttr("target-cpu", target_.cpu);
-        f.addFnAttr("target-features", target_.features);
-      }
     std::string verifyMessage;
     llvm::raw_string_ostream vs(verifyMessage);
     if (llvm::verifyModule(module, &vs))
@@ -180,8 +176,8 @@ public:
     return std::vector<char>(buffer.begin(), buffer.end());
   }
 
-  Expected<std::shared_ptr<KernelLibrary>> load(const std::vector<char> &object, std::span<const std::string> symbols,
-                                                CompileStats *stats) override {
+  Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,
+                                                std::span<const std::string> symbols, CompileStats *stats) override {
     auto t0 = Clock::now();
     std::string name = fmt::format("hsnn.{}", counter_.fetch_add(1));
     auto jd = jit_->createJITDylib(name);
@@ -200,9 +196,11 @@ public:
     }
 
     auto lib = std::make_shared<LoadedObject>(*jit_, *jd);
-    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
-    if (llvm::Error e = jit_->addObjectFile(*jd, std::move(buffer)))
-      return fromLLVM(std::move(e), "cannot load the compiled object");
+    for (const std::vector<char> &object : objects) {
+      auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), name);
+      if (llvm::Error e = jit_->addObjectFile(*jd, std::move(buffer)))
+        return fromLLVM(std::move(e), "cannot load the compiled object");
+    }
     for (const std::string &s : symbols) {
       auto addr = jit_->lookup(*jd, s);
       if (!addr)

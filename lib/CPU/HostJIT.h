@@ -58,8 +58,8 @@ public:
   /// Emits, optimizes and compiles the kernels into one object file.
   virtual Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
                                                     CompileStats *stats) = 0;
-  /// Links an object into the process and resolves the given symbols.
-  virtual Expected<std::shared_ptr<KernelLibrary>> load(const std::vector<char> &object,
+  /// Links objects into the process (one JITDylib) and resolves the symbols.
+  virtual Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,
                                                         std::span<const std::string> symbols, CompileStats *stats) = 0;
 };
 

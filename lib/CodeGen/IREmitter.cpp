@@ -129,7 +129,16 @@ public:
     idx->addIncoming(next, loop);
     if (acc)
       acc->addIncoming(accNext, loop);
-    b.CreateCondBr(b.CreateICmpEQ(next, n), exit, loop);
+    BranchInst *latch = b.CreateCondBr(b.CreateICmpEQ(next, n), exit, loop);
+    if (opt_.interleave > 0) {
+      // Interleaving transcendental-heavy bodies buys little and multiplies
+      // code size (and so compile time); the count is an option.
+      MDNode *count = MDNode::get(ctx_, {MDString::get(ctx_, "llvm.loop.interleave.count"),
+                                         ConstantAsMetadata::get(b.getInt32(unsigned(opt_.interleave)))});
+      MDNode *loopId = MDNode::getDistinct(ctx_, {nullptr, count});
+      loopId->replaceOperandWith(0, loopId);
+      latch->setMetadata(LLVMContext::MD_loop, loopId);
+    }
 
     b.SetInsertPoint(exit);
     if (loss) {

@@ -29,6 +29,8 @@ struct EmitOptions {
   std::string vectorISAs;
   /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.
   bool fastMath = false;
+  /// Loop interleave count for the vectorizer; 0 lets LLVM choose.
+  int interleave = 0;
 };
 
 /// Adds one function per request to `module` (whose data layout and triple

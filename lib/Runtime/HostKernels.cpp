@@ -3,7 +3,9 @@
 
 #include "Cache/ObjectCache.h"
 
+#include <algorithm>
 #include <bit>
+#include <tbb/parallel_for.h>
 #include <chrono>
 #include <fmt/format.h>
 
@@ -13,6 +15,8 @@
 
 namespace hsnn::detail {
 namespace {
+
+constexpr size_t kMaxChunks = 4, kMinPerChunk = 3;
 
 // Everything that changes the object: the tapes (the canonical form of the
 // formulas after simplification and differentiation), kernel kinds, dtype,
@@ -54,37 +58,52 @@ Expected<std::shared_ptr<KernelLibrary>> buildHostKernels(std::span<const Kernel
   for (const KernelRequest &r : requests)
     symbols.push_back(r.symbol);
 
+  // Kernels compile in a fixed number of independent objects, in parallel.
+  // The split depends only on the requests, so cache keys do not change
+  // with the thread count.
+  size_t chunks = std::min<size_t>(kMaxChunks, (requests.size() + kMinPerChunk - 1) / kMinPerChunk);
+  size_t per = (requests.size() + chunks - 1) / chunks;
   std::optional<ObjectCache> cache = ObjectCache::open();
-  CacheKey key = objectKey(requests, options, (*jit)->target());
-  CompileStats stats;
-  if (cache) {
-    if (auto object = cache->load(CacheCategory::Cpu, key)) {
-      auto lib = (*jit)->load(*object, symbols, &stats);
-      if (lib) {
-        info.cacheHit = true;
-        info.loadMs = stats.loadMs;
-        info.objectBytes = object->size();
-        return lib;
+  std::vector<std::vector<char>> objects(chunks);
+  std::vector<CompileStats> stats(chunks);
+  std::vector<Error> errors(chunks);
+  std::vector<char> hit(chunks, 0);
+  tbb::parallel_for(size_t(0), chunks, [&](size_t c) {
+    auto part = requests.subspan(c * per, std::min(per, requests.size() - c * per));
+    CacheKey key = objectKey(part, options, (*jit)->target());
+    if (cache)
+      if (auto object = cache->load(CacheCategory::Cpu, key)) {
+        objects[c] = std::move(*object);
+        hit[c] = 1;
+        return;
       }
-      // A verified entry that does not link (e.g. a foreign object under a
-      // colliding name) is compiled afresh like any other miss.
+    auto object = (*jit)->compileObject(part, options, &stats[c]);
+    if (!object) {
+      errors[c] = object.takeError();
+      return;
     }
-  }
+    if (cache)
+      cache->store(CacheCategory::Cpu, key, *object);
+    objects[c] = std::move(*object);
+  });
+  for (Error &e : errors)
+    if (e)
+      return std::move(e);
 
-  auto object = (*jit)->compileObject(requests, options, &stats);
-  if (!object)
-    return object.error();
-  if (cache)
-    cache->store(CacheCategory::Cpu, key, *object);
-  auto lib = (*jit)->load(*object, symbols, &stats);
+  CompileStats loadStats;
+  auto lib = (*jit)->load(objects, symbols, &loadStats);
   if (!lib)
     return lib.error();
-  info.emitMs = stats.emitMs;
-  info.optimizeMs = stats.optimizeMs;
-  info.codegenMs = stats.codegenMs;
-  info.loadMs = stats.loadMs;
-  info.objectBytes = stats.objectBytes;
-  info.cacheHit = false;
+  info.emitMs = info.optimizeMs = info.codegenMs = 0;
+  info.objectBytes = 0;
+  for (size_t c = 0; c < chunks; ++c) { // CPU time summed over the parallel compiles
+    info.emitMs += stats[c].emitMs;
+    info.optimizeMs += stats[c].optimizeMs;
+    info.codegenMs += stats[c].codegenMs;
+    info.objectBytes += objects[c].size();
+  }
+  info.loadMs = loadStats.loadMs;
+  info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
   return lib;
 }
 

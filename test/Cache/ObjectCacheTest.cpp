@@ -83,9 +83,11 @@ TEST_CASE("a second compile of the same layer is a cache hit with the same resul
   struct stat st;
   REQUIRE(::stat(cache.dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
-  REQUIRE(cache.files().size() == 1);
-  REQUIRE(::stat(cache.files()[0].c_str(), &st) == 0);
-  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE_FALSE(cache.files().empty()); // one entry per object (kernels compile in parallel objects)
+  for (const fs::path &f : cache.files()) {
+    REQUIRE(::stat(f.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+  }
   // A constant's value is read at run time: not part of the key.
   auto other = build({{"gelu", {}}, {"sin(num)*alpha", {{"alpha", -7}}}, {"softplus", {}}});
   CHECK(other->compileInfo().cacheHit);
@@ -115,7 +117,7 @@ TEST_CASE("corrupt, truncated and foreign entries are recompiled, never loaded")
   auto good = build();
   REQUIRE(good);
   std::vector<float> want = run(*good);
-  fs::path entry = cache.files().at(0);
+  fs::path entry = cache.files().at(0); // damage one of the layer's objects
   auto original = fs::file_size(entry);
 
   auto damage = [&](auto fn) {
@@ -199,8 +201,9 @@ TEST_CASE("two processes writing the same entry at once leave one valid entry") 
     CHECK(WEXITSTATUS(status) == 0);
   }
   auto files = cache.files();
-  REQUIRE(files.size() == 1); // no temporary files left behind
-  CHECK(files[0].extension() == ".hsnn");
+  REQUIRE_FALSE(files.empty());
+  for (const fs::path &f : files)
+    CHECK(f.extension() == ".hsnn"); // no temporary files left behind
   CHECK(build()->compileInfo().cacheHit);
 }
 
@@ -209,14 +212,15 @@ TEST_CASE("clearing by category, listing, and the size cap") {
     return;
   TempCache cache;
   REQUIRE(build());
+  size_t one = listKernelCache()->size();
   REQUIRE(build({{"relu", {}}}));
   auto list = listKernelCache();
   REQUIRE(list);
-  CHECK(list->size() == 2);
+  CHECK(list->size() == one + 1);
   CHECK(list->at(0).category == "cpu");
   CHECK(list->at(0).bytes > 0);
   REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Gpu)));
-  CHECK(listKernelCache()->size() == 2);
+  CHECK(listKernelCache()->size() == one + 1);
   REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Cpu)));
   CHECK(listKernelCache()->empty());
 
