@@ -292,7 +292,7 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
   }
   std::vector<double> hits, starts;
   for (int i = 0; i < 5; ++i) {
-    std::string cmd = fmt::format("HSNN_CACHE_DIR='{}' /proc/{}/exe bench --cache-hit-probe", dir, ::getpid());
+    std::string cmd = fmt::format("HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR='{}' /proc/{}/exe bench --cache-hit-probe", dir, ::getpid());
     auto t0 = Clock::now();
     FILE *p = ::popen(cmd.c_str(), "r");
     double hit = -1;
