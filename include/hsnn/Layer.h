@@ -66,6 +66,10 @@ struct LayerOptions {
   /// third of the compile time, code 5-20% slower); 2, 3 full code generation.
   int optLevel = 3;
   bool fastMath = false; ///< Opt-in: lets the JIT reassociate and assume no NaN/inf.
+  /// Compile constants into the code as literals (cpu_jit): a little faster,
+  /// but nodes share code only with equal constants, and setConstant is an
+  /// error (compile a new layer instead).
+  bool bakeConstants = false;
 };
 
 struct LossOptions {
@@ -75,6 +79,7 @@ struct LossOptions {
   unsigned threads = 0;
   int optLevel = 3;
   bool fastMath = false;
+  bool bakeConstants = false;
 };
 
 /// What compile() did, for inspection and benchmarks (milliseconds).

@@ -65,4 +65,14 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
   return p;
 }
 
+Program Program::withConstants(const double *params) const {
+  Program p = *this;
+  for (Instr &in : p.code)
+    if (in.op == Op::Param) {
+      in.op = Op::Number;
+      in.number = params[in.param];
+    }
+  return p;
+}
+
 } // namespace hsnn::detail

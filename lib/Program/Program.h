@@ -38,6 +38,10 @@ struct Program {
   /// Lowers `roots` (sharing subexpressions). `constants` lists the names
   /// the Param nodes index into (a node's sorted constants).
   static Program lower(std::span<const Expr> roots, std::span<const std::string> constants);
+
+  /// A copy with every constant replaced by its value (params[index]), for
+  /// kernels that bake constants in as literals.
+  Program withConstants(const double *params) const;
 };
 
 } // namespace hsnn::detail

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <fmt/format.h>
 #include <unordered_map>
 
@@ -51,18 +52,35 @@ struct ActivationLayer::Impl {
   std::vector<void *> nodeKernel[3];              // per kind, per node
 
   Error compileKernels() {
+    // One kernel set per distinct formula; with baked constants, per
+    // distinct (formula, constant values).
+    std::vector<uint32_t> codeOf(nodeGroup.size());
+    std::vector<const Program *> sources; // 3 per code unit
+    std::deque<Program> baked;
+    std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> unitOf;
+    for (size_t n = 0; n < nodeGroup.size(); ++n) {
+      uint32_t g = nodeGroup[n];
+      std::vector<double> values;
+      if (options.bakeConstants)
+        values.assign(params.begin() + offsets[n], params.begin() + offsets[n] + groups[g].formula.constants.size());
+      auto [it, fresh] = unitOf.try_emplace({g, values}, uint32_t(sources.size() / 3));
+      if (fresh)
+        for (size_t k = 0; k < 3; ++k)
+          sources.push_back(options.bakeConstants ? &baked.emplace_back(groups[g].programs[k].withConstants(values.data()))
+                                                  : &groups[g].programs[k]);
+      codeOf[n] = it->second;
+    }
     std::vector<detail::KernelRequest> requests;
-    for (size_t g = 0; g < groups.size(); ++g)
-      for (size_t k = 0; k < 3; ++k)
-        requests.push_back({fmt::format("hsnn_layer_g{}_{}", g, detail::shapeName(KernelShape(k))), &groups[g].programs[k],
-                            KernelShape(k), options.dtype});
+    for (size_t i = 0; i < sources.size(); ++i)
+      requests.push_back({fmt::format("hsnn_layer_u{}_{}", i / 3, detail::shapeName(KernelShape(i % 3))), sources[i],
+                          KernelShape(i % 3), options.dtype});
     auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, info);
     if (!lib)
       return lib.takeError();
     kernels = std::move(*lib);
     for (size_t k = 0; k < 3; ++k)
-      for (uint32_t g : nodeGroup)
-        nodeKernel[k].push_back(kernels->address(requests[g * 3 + k].symbol));
+      for (size_t n = 0; n < nodeGroup.size(); ++n)
+        nodeKernel[k].push_back(kernels->address(requests[codeOf[n] * 3 + k].symbol));
     return Error::success();
   }
 
@@ -210,6 +228,9 @@ Error ActivationLayer::setConstant(size_t node, std::string_view name, double va
   auto index = impl_->constantIndex(node, name);
   if (!index)
     return index.takeError();
+  if (impl_->kernels && impl_->options.bakeConstants)
+    return Error(ErrorCode::InvalidArgument,
+                 "constants are baked into this layer's code (bakeConstants); compile a new layer to change them");
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("constant '{}' of node {} must be finite, got {}", name, node, value));
   impl_->params[*index] = value;

@@ -40,8 +40,13 @@ struct Loss::Impl {
 
   Error compileKernels() {
     std::vector<detail::KernelRequest> requests;
-    for (size_t k = 0; k < 4; ++k)
-      requests.push_back({fmt::format("hsnn_loss_{}", detail::shapeName(kShapes[k])), &programs[k], kShapes[k], options.dtype});
+    Program baked[4];
+    for (size_t k = 0; k < 4; ++k) {
+      if (options.bakeConstants)
+        baked[k] = programs[k].withConstants(params.data());
+      requests.push_back({fmt::format("hsnn_loss_{}", detail::shapeName(kShapes[k])),
+                          options.bakeConstants ? &baked[k] : &programs[k], kShapes[k], options.dtype});
+    }
     auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, info);
     if (!lib)
       return lib.takeError();
@@ -224,6 +229,9 @@ Error Loss::setConstant(std::string_view name, double value) {
   auto i = impl_->index(name);
   if (!i)
     return i.takeError();
+  if (impl_->kernels && impl_->options.bakeConstants)
+    return Error(ErrorCode::InvalidArgument,
+                 "constants are baked into this loss's code (bakeConstants); compile a new loss to change them");
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("constant '{}' must be finite, got {}", name, value));
   impl_->params[*i] = value;

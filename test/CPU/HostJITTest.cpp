@@ -163,6 +163,30 @@ TEST_CASE("compiled layers read constants at run time") {
   CHECK(a[1] == doctest::Approx(-std::sin(1.0)));
 }
 
+TEST_CASE("baked constants give the same results and refuse changes") {
+  REQUIRE_JIT();
+  std::vector<NodeSpec> nodes = {{"sin(num)*alpha", {{"alpha", 2}}}, {"sin(num)*alpha", {{"alpha", 3}}},
+                                 {"sin(num)*alpha", {{"alpha", 2}}}, {"elu", {{"alpha", 0.5}}}};
+  auto baked = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = DType::F64, .bakeConstants = true});
+  auto plain = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = DType::F64});
+  REQUIRE(baked);
+  REQUIRE(plain);
+  std::vector<double> z(4 * 300), a(z.size()), b(z.size());
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = double(i % 300) / 50 - 3;
+  REQUIRE_OK(baked->forward(z.data(), a.data(), 300));
+  REQUIRE_OK(plain->forward(z.data(), b.data(), 300));
+  CHECK(a == b);
+  CHECK(baked->setConstant(0, "alpha", 1).message() ==
+        "constants are baked into this layer's code (bakeConstants); compile a new layer to change them");
+  auto loss = Loss::compile("huber", {{"delta", 0.5}}, {.method = Method::CpuJit, .bakeConstants = true});
+  REQUIRE(loss);
+  float p[3] = {0, 1, 3}, t[3] = {0, 0, 0};
+  CHECK(*loss->forward(p, t, 3) == doctest::Approx((0 + 0.5 * (1 - 0.25) + 0.5 * (3 - 0.25)) / 3));
+  CHECK(loss->setConstant("delta", 1).message() ==
+        "constants are baked into this loss's code (bakeConstants); compile a new loss to change them");
+}
+
 TEST_CASE("a value's result does not depend on its position in the array") {
   REQUIRE_JIT();
   auto layer = ActivationLayer::compile({{"gelu", {}}}, {.method = Method::CpuJit});
