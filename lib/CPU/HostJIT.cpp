@@ -7,24 +7,13 @@
 //===----------------------------------------------------------------------===//
 #include "HostJIT.h"
 
-#include "CodeGen/IREmitter.h"
+#include "CodeGen/Pipeline.h"
 
-#include <llvm/Analysis/CGSCCPassManager.h>
-#include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Passes/PassBuilder.h>
-#include <llvm/Transforms/InstCombine/InstCombine.h>
-#include <llvm/Transforms/Scalar/EarlyCSE.h>
-#include <llvm/Transforms/Scalar/SimplifyCFG.h>
-#include <llvm/Transforms/Utils/LCSSA.h>
-#include <llvm/Transforms/Utils/LoopSimplify.h>
-#include <llvm/Transforms/Vectorize/LoopVectorize.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
@@ -67,25 +56,6 @@ private:
   llvm::orc::LLJIT &jit_;
   llvm::orc::JITDylib &jd_;
 };
-
-// The emitter's kernels are single counted loops over straight-line,
-// already CSE'd code with constants hoisted: they need the vectorizer and a
-// cleanup around it, not the whole O3 pipeline (which costs ~3x the time
-// for the same machine code).
-llvm::FunctionPassManager kernelPipeline(llvm::OptimizationLevel level) {
-  llvm::FunctionPassManager fpm;
-  fpm.addPass(llvm::InstCombinePass());
-  fpm.addPass(llvm::SimplifyCFGPass());
-  fpm.addPass(llvm::LoopSimplifyPass());
-  fpm.addPass(llvm::LCSSAPass());
-  fpm.addPass(llvm::LoopVectorizePass(llvm::LoopVectorizeOptions(/*InterleaveOnlyWhenForced=*/false,
-                                                                 /*VectorizeOnlyWhenForced=*/false)));
-  fpm.addPass(llvm::InstCombinePass());
-  fpm.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions().convertSwitchRangeToICmp(true)));
-  if (level.getSpeedupLevel() >= 2)
-    fpm.addPass(llvm::EarlyCSEPass());
-  return fpm;
-}
 
 class HostJITImpl final : public HostJIT {
 public:
@@ -137,73 +107,14 @@ public:
 
   Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
                                             CompileStats *stats) override {
-    auto t0 = Clock::now();
     auto tm = jtmb_->createTargetMachine();
     if (!tm)
       return fromLLVM(tm.takeError(), "cannot create a target machine");
-    // -O1 keeps the vectorizer but uses the fast instruction selector and
-    // register allocator: about a third of the compile time for code
-    // 5-20% slower (measured on bench W1-W4).
-    llvm::CodeGenOptLevel level = options.optLevel <= 1   ? llvm::CodeGenOptLevel::None
-                                  : options.optLevel == 2 ? llvm::CodeGenOptLevel::Default
-                                                          : llvm::CodeGenOptLevel::Aggressive;
-    (*tm)->setOptLevel(level);
-
-    llvm::LLVMContext ctx;
-    llvm::Module module("hsnn", ctx);
-    module.setDataLayout((*tm)->createDataLayout());
-    module.setTargetTriple(target_.triple);
-    EmitOptions emit = emit_;
-    emit.fastMath = options.fastMath;
-    if (llvm::Error e = emitKernels(module, requests, emit))
-      return fromLLVM(std::move(e), "code generation failed");
-    std::string verifyMessage;
-    llvm::raw_string_ostream vs(verifyMessage);
-    if (llvm::verifyModule(module, &vs))
-      return Error(ErrorCode::Internal, "generated IR does not verify: " + vs.str());
-    if (stats)
-      stats->emitMs = msSince(t0);
-
-    auto t1 = Clock::now();
-    {
-      llvm::LoopAnalysisManager lam;
-      llvm::FunctionAnalysisManager fam;
-      llvm::CGSCCAnalysisManager cgam;
-      llvm::ModuleAnalysisManager mam;
-      llvm::PassBuilder pb(tm->get());
-      pb.registerModuleAnalyses(mam);
-      pb.registerCGSCCAnalyses(cgam);
-      pb.registerFunctionAnalyses(fam);
-      pb.registerLoopAnalyses(lam);
-      pb.crossRegisterProxies(lam, fam, cgam, mam);
-      llvm::OptimizationLevel ol = options.optLevel <= 0   ? llvm::OptimizationLevel::O0
-                                   : options.optLevel == 1 ? llvm::OptimizationLevel::O1
-                                   : options.optLevel == 2 ? llvm::OptimizationLevel::O2
-                                                           : llvm::OptimizationLevel::O3;
-      llvm::ModulePassManager mpm;
-      if (ol == llvm::OptimizationLevel::O0)
-        mpm = pb.buildO0DefaultPipeline(ol);
-      else
-        mpm.addPass(llvm::createModuleToFunctionPassAdaptor(kernelPipeline(ol)));
-      mpm.run(module, mam);
-    }
-    if (stats)
-      stats->optimizeMs = msSince(t1);
-
-    auto t2 = Clock::now();
-    llvm::SmallVector<char, 0> buffer;
-    {
-      llvm::raw_svector_ostream os(buffer);
-      llvm::legacy::PassManager pm;
-      if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-        return Error(ErrorCode::Unsupported, "this target cannot emit object files");
-      pm.run(module);
-    }
-    if (stats) {
-      stats->codegenMs = msSince(t2);
-      stats->objectBytes = buffer.size();
-    }
-    return std::vector<char>(buffer.begin(), buffer.end());
+    PipelineOptions po;
+    po.optLevel = options.optLevel;
+    po.emit = emit_;
+    po.emit.fastMath = options.fastMath;
+    return compileRequests(**tm, requests, po, stats);
   }
 
   Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "CodeGen/KernelSpec.h"
+#include "CodeGen/Pipeline.h"
 
 #include "hsnn/Error.h"
 
@@ -21,13 +22,6 @@ namespace hsnn::detail {
 struct JITOptions {
   int optLevel = 3;      ///< 0..3
   bool fastMath = false; ///< Opt-in; IEEE otherwise.
-};
-
-/// Where the time of one compile went (milliseconds).
-struct CompileStats {
-  double emitMs = 0, optimizeMs = 0, codegenMs = 0, loadMs = 0;
-  size_t objectBytes = 0;
-  bool cacheHit = false;
 };
 
 struct HostTarget {

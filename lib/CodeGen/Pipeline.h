@@ -1,0 +1,45 @@
+//===- lib/CodeGen/Pipeline.h - Requests to optimised machine code -*- C++ -*-===//
+//
+// The one path from kernel requests to bytes, shared by the host JIT and
+// ahead-of-time compilation: emit IR, verify, run the kernel pipeline, and
+// write an object, assembly or IR.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "IREmitter.h"
+
+#include "hsnn/Error.h"
+
+#include <functional>
+#include <vector>
+
+namespace llvm {
+class TargetMachine;
+}
+
+namespace hsnn::detail {
+
+/// Where the time of one compile went (milliseconds).
+struct CompileStats {
+  double emitMs = 0, optimizeMs = 0, codegenMs = 0, loadMs = 0;
+  size_t objectBytes = 0;
+  bool cacheHit = false;
+};
+
+enum class OutputKind { Object, Assembly, LLVMIR };
+
+struct PipelineOptions {
+  int optLevel = 3; ///< 0: no optimisation; 1: fast code generation; 2, 3: full
+  EmitOptions emit;
+  OutputKind output = OutputKind::Object;
+};
+
+/// Adds more functions to the module before optimisation (AOT entry points).
+using ModuleExtender = std::function<llvm::Error(llvm::Module &)>;
+
+Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
+                                            const PipelineOptions &options, CompileStats *stats,
+                                            const ModuleExtender &extend = {});
+
+} // namespace hsnn::detail
