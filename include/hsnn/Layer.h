@@ -28,6 +28,10 @@
 
 namespace hsnn {
 
+namespace detail {
+struct LayerAccess;
+}
+
 enum class DType { F32, F64 };
 enum class Layout {
   NodesMajor, ///< (nodes x batch): element (n, b) at n*batch + b.
@@ -135,6 +139,7 @@ public:
   struct Impl;
 
 private:
+  friend struct detail::LayerAccess;
   explicit ActivationLayer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
@@ -171,6 +176,7 @@ public:
   struct Impl;
 
 private:
+  friend struct detail::LayerAccess;
   explicit Loss(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };

@@ -37,4 +37,12 @@ struct EmitOptions {
 /// are already set). The functions have external linkage and C names.
 llvm::Error emitKernels(llvm::Module &module, std::span<const KernelRequest> requests, const EmitOptions &options);
 
+/// Adds a layer's C entry points (NAME_forward, NAME_forward_range, ...,
+/// NAME_default_params, NAME_param_offsets) that dispatch each node to its
+/// kernel; the kernels must already be in the module.
+llvm::Error emitLayerEntryPoints(llvm::Module &module, const LayerEntryPoints &layer);
+
+/// Adds NAME_default_params for a loss.
+llvm::Error emitDefaultParams(llvm::Module &module, const std::string &name, const std::vector<double> &params);
+
 } // namespace hsnn::detail

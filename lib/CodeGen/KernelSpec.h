@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace hsnn::detail {
 
@@ -84,6 +85,19 @@ struct KernelRequest {
   const Program *program = nullptr;
   KernelShape shape = KernelShape::ActivationForward;
   DType dtype = DType::F32;
+  /// Activation kernels only: element i is at [i * stride] (an extra i64
+  /// stride argument after n), for batch-major columns in AOT code.
+  bool strided = false;
+};
+
+/// Ahead-of-time entry points of a layer (see hsnn/AOT.h for the C ABI).
+struct LayerEntryPoints {
+  std::string name;
+  DType dtype = DType::F32;
+  Layout layout = Layout::NodesMajor;
+  std::vector<uint64_t> offsets;            ///< Per node, into params.
+  std::vector<double> defaultParams;        ///< The spec's constant values.
+  std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per ActivationKernel kind.
 };
 
 } // namespace hsnn::detail

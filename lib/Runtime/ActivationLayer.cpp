@@ -3,6 +3,7 @@
 #include "hsnn/Layer.h"
 
 #include "HostKernels.h"
+#include "LayerAccess.h"
 #include "Program/Interpreter.h"
 #include "Program/Launch.h"
 #include "RunGuard.h"
@@ -261,3 +262,18 @@ std::string ActivationLayer::derivative(size_t node) const {
 }
 
 } // namespace hsnn
+
+namespace hsnn::detail {
+LayerAccess::Activation LayerAccess::activation(const ActivationLayer &layer) {
+  const ActivationLayer::Impl &impl = *layer.impl_;
+  Activation a;
+  for (const auto &g : impl.groups) {
+    a.groupPrograms.push_back({&g.programs[0], &g.programs[1], &g.programs[2]});
+    a.groupConstants.push_back(g.formula.constants);
+  }
+  a.nodeGroup = impl.nodeGroup;
+  a.params = impl.params;
+  a.offsets = impl.offsets;
+  return a;
+}
+} // namespace hsnn::detail

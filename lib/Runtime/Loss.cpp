@@ -3,6 +3,7 @@
 #include "hsnn/Layer.h"
 
 #include "HostKernels.h"
+#include "LayerAccess.h"
 #include "Program/Interpreter.h"
 #include "Program/Launch.h"
 #include "RunGuard.h"
@@ -264,3 +265,10 @@ std::string_view to_string(Method m) {
 }
 
 } // namespace hsnn
+
+namespace hsnn::detail {
+LayerAccess::LossModel LayerAccess::loss(const Loss &loss) {
+  const Loss::Impl &impl = *loss.impl_;
+  return {{&impl.programs[0], &impl.programs[1], &impl.programs[2], &impl.programs[3]}, impl.formula.constants, impl.params};
+}
+} // namespace hsnn::detail

@@ -17,6 +17,7 @@ int runEval(std::span<const std::string_view> args);
 int runBench(std::span<const std::string_view> args);
 int runCache(std::span<const std::string_view> args);
 int runInfo(std::span<const std::string_view> args);
+int runCompile(std::span<const std::string_view> args);
 
 /// Prints "hsnn-jit: error: <message>" and the hint to use --help.
 int usageError(std::string_view command, std::string_view message);

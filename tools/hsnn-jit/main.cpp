@@ -32,6 +32,7 @@ commands:
   bench             time the kernels next to a memory-bandwidth reference
   cache             list, size or clear the on-disk kernel cache
   info              what the runtime detected (CPU, JIT, GPUs, cache)
+  compile SPEC      ahead-of-time: an object and a C header from a JSON spec
 
 options:
   -h, --help        show help (also after a command)
@@ -70,5 +71,7 @@ int main(int argc, char **argv) {
     return runCache(rest);
   if (cmd == "info")
     return runInfo(rest);
+  if (cmd == "compile")
+    return runCompile(rest);
   return usageError("", fmt::format("unknown command '{}'", cmd));
 }

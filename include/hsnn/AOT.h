@@ -1,0 +1,56 @@
+//===- hsnn/AOT.h - Ahead-of-time compilation to objects and C headers -*- C++ -*-===//
+//
+// A layer or loss compiled to an object file that needs neither LLVM, TBB
+// nor hsnn at link time (only libm, and libmvec when vector math was used:
+// link with -lmvec -lm), plus a C header declaring its entry points.
+//
+// C ABI of a layer NAME with element type T (float or double):
+//   void NAME_forward (const T *z, T *a, int64_t batch, const double *params);
+//   void NAME_backward(const T *z, const T *err, T *delta, int64_t batch, const double *params);
+//   void NAME_fused   (const T *z, T *a, T *dfdz, int64_t batch, const double *params);
+// and NAME_forward_range(..., int64_t node_begin, int64_t node_end) etc. for
+// nodes [node_begin, node_end), so the application can parallelise with
+// whatever it uses. Arrays hold nodes * batch elements in the layer's
+// layout; params is NAME_default_params or a copy with changed values
+// (node n's constants at NAME_param_offsets[n], sorted by name).
+//
+// A loss NAME exports the kernels of KernelSpec's LossFn ABI:
+//   double NAME_sum     (const T *yp, const T *yt, T *unused, const double *params, int64_t n, T scale);
+//   double NAME_elements(..., T *out, ...), NAME_gradient(..., T *grad, ..., T scale), NAME_fused(...)
+// where the mean loss is NAME_sum(...)/n and its gradient uses scale = 1/n.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+#include "hsnn/Layer.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hsnn {
+
+enum class AotOutput { Object, Assembly, LLVMIR };
+
+struct AotOptions {
+  AotOutput output = AotOutput::Object;
+  std::string triple;   ///< Default: the host's.
+  std::string cpu;      ///< Default: the host CPU for the host triple, else "generic".
+  std::string features; ///< Extra target features, e.g. "+avx2".
+  int optLevel = 3;
+  bool bakeConstants = false;
+};
+
+struct AotArtifact {
+  std::vector<char> bytes; ///< The object, assembly or IR.
+  std::string header;      ///< The C header declaring the entry points.
+};
+
+Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
+                                      Layout layout, const AotOptions &options = {});
+Expected<AotArtifact> compileLossAot(const std::string &name, const std::string &formula,
+                                     const std::map<std::string, double> &constants, DType dtype,
+                                     const AotOptions &options = {});
+
+} // namespace hsnn

@@ -1,0 +1,243 @@
+//===- lib/AOT/AotCompiler.cpp - Layers and losses to objects + headers ---===//
+//
+// Same front end, tapes, emitter and pipeline as the JIT; only the target
+// machine (any triple/CPU LLVM knows) and the C entry points differ.
+//===----------------------------------------------------------------------===//
+#include "hsnn/AOT.h"
+
+#include "CodeGen/Pipeline.h"
+#include "Runtime/LayerAccess.h"
+
+#include <llvm/ADT/StringMap.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <fmt/format.h>
+#include <cctype>
+#include <deque>
+#include <map>
+#include <mutex>
+
+namespace hsnn {
+namespace {
+
+using detail::KernelRequest;
+using detail::KernelShape;
+
+bool isCIdentifier(const std::string &s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
+    return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_'))
+      return false;
+  return true;
+}
+
+struct Target {
+  std::unique_ptr<llvm::TargetMachine> tm;
+  detail::EmitOptions emit;
+};
+
+Expected<Target> makeTarget(const AotOptions &o) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeAllTargetInfos();
+    llvm::InitializeAllTargets();
+    llvm::InitializeAllTargetMCs();
+    llvm::InitializeAllAsmPrinters();
+  });
+  std::string host = llvm::sys::getDefaultTargetTriple();
+  std::string triple = o.triple.empty() ? host : o.triple;
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target)
+    return Error(ErrorCode::InvalidArgument, fmt::format("unknown target '{}': {}", triple, err));
+  bool native = llvm::Triple(triple).getArch() == llvm::Triple(host).getArch() && o.cpu.empty();
+  std::string cpu = !o.cpu.empty() ? o.cpu : native ? llvm::sys::getHostCPUName().str() : "generic";
+  std::string features = o.features;
+  if (native)
+    for (auto &f : llvm::sys::getHostCPUFeatures())
+      if (f.second)
+        features += (features.empty() ? "+" : ",+") + f.first().str();
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(triple, cpu, features));
+  if (!sti || (!o.cpu.empty() && !sti->isCPUStringValid(cpu)))
+    return Error(ErrorCode::InvalidArgument, fmt::format("CPU '{}' is not known for target {}", cpu, triple));
+  llvm::TargetOptions to;
+  Target t;
+  t.tm.reset(target->createTargetMachine(triple, cpu, features, to, llvm::Reloc::PIC_));
+  if (!t.tm)
+    return Error(ErrorCode::Unsupported, fmt::format("cannot create a target machine for {}", triple));
+
+  // libmvec's x86-64 vector variants, for the ISAs this CPU has; their
+  // presence is checked in this machine's libmvec (the program links it).
+  llvm::Triple tt(triple);
+  if (tt.getArch() == llvm::Triple::x86_64 && tt.isOSLinux()) {
+    std::string e;
+    auto lib = llvm::sys::DynamicLibrary::getPermanentLibrary("libmvec.so.1", &e);
+    if (lib.isValid()) {
+      auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
+      t.emit.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
+      t.emit.hasVectorVariant = [lib](const std::string &name) mutable { return lib.getAddressOfSymbol(name.c_str()) != nullptr; };
+    }
+  }
+  return t;
+}
+
+const char *cType(DType d) { return d == DType::F32 ? "float" : "double"; }
+
+std::string formatParams(const std::vector<double> &p) {
+  std::string s;
+  for (size_t i = 0; i < p.size(); ++i)
+    s += fmt::format("{}{}", i ? ", " : "", p[i]);
+  return s;
+}
+
+} // namespace
+
+Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
+                                      Layout layout, const AotOptions &options) {
+  if (!isCIdentifier(name))
+    return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
+  auto layer = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dtype, .layout = layout});
+  if (!layer)
+    return layer.takeError();
+  auto model = detail::LayerAccess::activation(*layer);
+  auto target = makeTarget(options);
+  if (!target)
+    return target.takeError();
+
+  // One kernel set per formula (or per formula and constants when baked).
+  std::vector<KernelRequest> requests;
+  std::deque<detail::Program> baked;
+  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.params, {}};
+  std::map<std::pair<uint32_t, std::vector<double>>, size_t> unitOf;
+  for (size_t n = 0; n < model.nodeGroup.size(); ++n) {
+    uint32_t g = model.nodeGroup[n];
+    std::vector<double> values;
+    if (options.bakeConstants)
+      values.assign(model.params.begin() + model.offsets[n],
+                    model.params.begin() + model.offsets[n] + model.groupConstants[g].size());
+    auto [it, fresh] = unitOf.try_emplace({g, values}, unitOf.size());
+    for (size_t k = 0; k < 3; ++k) {
+      std::string sym = fmt::format("{}_u{}_{}", name, it->second, detail::shapeName(KernelShape(k)));
+      if (fresh) {
+        const detail::Program *p = model.groupPrograms[g][k];
+        if (options.bakeConstants)
+          p = &baked.emplace_back(p->withConstants(values.data()));
+        requests.push_back({sym, p, KernelShape(k), dtype, layout == Layout::BatchMajor});
+      }
+      entry.nodeKernel[k].push_back(sym);
+    }
+  }
+  detail::PipelineOptions po;
+  po.optLevel = options.optLevel;
+  po.emit = target->emit;
+  po.output = options.output == AotOutput::Object     ? detail::OutputKind::Object
+              : options.output == AotOutput::Assembly ? detail::OutputKind::Assembly
+                                                      : detail::OutputKind::LLVMIR;
+  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
+                                       [&](llvm::Module &m) { return detail::emitLayerEntryPoints(m, entry); });
+  if (!bytes)
+    return bytes.takeError();
+
+  const char *T = cType(dtype);
+  std::string upper;
+  for (char c : name)
+    upper += char(std::toupper(static_cast<unsigned char>(c)));
+  std::string h = fmt::format(
+      "/* {name}: generated by hsnn-jit from an activation layer. Do not edit.\n"
+      " * {nodes} nodes, {dtype}, {layout} ({layoutDoc}).\n"
+      " * Link with -lmvec -lm. Entry points are thread-safe; the _range forms run nodes [node_begin, node_end).\n"
+      " * params: {name}_default_params or a copy with changed values; node n's constants start at\n"
+      " * {name}_param_offsets[n], in this order:\n",
+      fmt::arg("name", name), fmt::arg("nodes", model.nodeGroup.size()), fmt::arg("dtype", to_string(dtype)),
+      fmt::arg("layout", to_string(layout)),
+      fmt::arg("layoutDoc", layout == Layout::NodesMajor ? "element (n, b) at n*batch + b" : "element (b, n) at b*nodes + n"));
+  for (size_t n = 0; n < model.nodeGroup.size(); ++n) {
+    const auto &c = model.groupConstants[model.nodeGroup[n]];
+    h += fmt::format(" *   node {}: {} = {}\n", n, layer->formula(n), c.empty() ? "(none)" : fmt::format("{}", fmt::join(c, ", ")));
+  }
+  h += fmt::format(
+      " */\n#ifndef HSNN_{U}_H\n#define HSNN_{U}_H\n#include <stdint.h>\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n\n"
+      "#define {U}_NUM_NODES {nodes}\n#define {U}_NUM_PARAMS {np}\n#define {U}_LAYOUT_{L} 1\ntypedef {T} {name}_elem_t;\n"
+      "extern const double {name}_default_params[{npa}]; /* {vals} */\nextern const int64_t {name}_param_offsets[{nodes}];\n\n"
+      "void {name}_forward(const {T} *z, {T} *a, int64_t batch, const double *params);\n"
+      "void {name}_backward(const {T} *z, const {T} *err, {T} *delta, int64_t batch, const double *params);\n"
+      "void {name}_fused(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params);\n"
+      "void {name}_forward_range(const {T} *z, {T} *a, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
+      "void {name}_backward_range(const {T} *z, const {T} *err, {T} *delta, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
+      "void {name}_fused_range(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
+      "\n#ifdef __cplusplus\n}}\n#endif\n#endif\n",
+      fmt::arg("U", upper), fmt::arg("name", name), fmt::arg("T", T), fmt::arg("nodes", model.nodeGroup.size()),
+      fmt::arg("np", model.params.size()), fmt::arg("npa", std::max<size_t>(1, model.params.size())),
+      fmt::arg("vals", formatParams(model.params)),
+      fmt::arg("L", layout == Layout::NodesMajor ? "NODES_MAJOR" : "BATCH_MAJOR"));
+  return AotArtifact{std::move(*bytes), std::move(h)};
+}
+
+Expected<AotArtifact> compileLossAot(const std::string &name, const std::string &formula,
+                                     const std::map<std::string, double> &constants, DType dtype,
+                                     const AotOptions &options) {
+  if (!isCIdentifier(name))
+    return Error(ErrorCode::InvalidArgument, fmt::format("loss name '{}' is not a C identifier", name));
+  auto loss = Loss::compile(formula, constants, {.method = Method::CpuInterp, .dtype = dtype});
+  if (!loss)
+    return loss.takeError();
+  auto model = detail::LayerAccess::loss(*loss);
+  auto target = makeTarget(options);
+  if (!target)
+    return target.takeError();
+  static const char *suffix[4] = {"elements", "sum", "gradient", "fused"};
+  static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
+                                        KernelShape::LossFused};
+  std::deque<detail::Program> baked;
+  std::vector<KernelRequest> requests;
+  for (size_t k = 0; k < 4; ++k) {
+    const detail::Program *p = model.programs[k];
+    if (options.bakeConstants)
+      p = &baked.emplace_back(p->withConstants(model.params.data()));
+    requests.push_back({fmt::format("{}_{}", name, suffix[k]), p, shapes[k], dtype});
+  }
+  detail::PipelineOptions po;
+  po.optLevel = options.optLevel;
+  po.emit = target->emit;
+  po.output = options.output == AotOutput::Object     ? detail::OutputKind::Object
+              : options.output == AotOutput::Assembly ? detail::OutputKind::Assembly
+                                                      : detail::OutputKind::LLVMIR;
+  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
+                                       [&](llvm::Module &m) { return detail::emitDefaultParams(m, name, model.params); });
+  if (!bytes)
+    return bytes.takeError();
+  const char *T = cType(dtype);
+  std::string upper;
+  for (char c : name)
+    upper += char(std::toupper(static_cast<unsigned char>(c)));
+  std::string h = fmt::format(
+      "/* {name}: generated by hsnn-jit from the loss {formula}. Do not edit.\n"
+      " * d/dy_pred: {deriv}\n"
+      " * Link with -lmvec -lm. Mean loss = {name}_sum(...)/n; its gradient uses scale = 1/n (sum: 1).\n"
+      " * params ({consts}): {name}_default_params or a copy with changed values.\n */\n"
+      "#ifndef HSNN_{U}_H\n#define HSNN_{U}_H\n#include <stdint.h>\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n\n"
+      "#define {U}_NUM_PARAMS {np}\nextern const double {name}_default_params[{npa}];\n"
+      "/* out[i] = loss(yp[i], yt[i]); returns 0 */\n"
+      "double {name}_elements(const {T} *yp, const {T} *yt, {T} *out, const double *params, int64_t n, {T} scale);\n"
+      "/* returns the sum of the losses (out unused, may be NULL) */\n"
+      "double {name}_sum(const {T} *yp, const {T} *yt, {T} *out, const double *params, int64_t n, {T} scale);\n"
+      "/* grad[i] = scale * dloss/dy_pred; returns 0 */\n"
+      "double {name}_gradient(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
+      "/* grad as above; returns the sum of the losses */\n"
+      "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
+      "\n#ifdef __cplusplus\n}}\n#endif\n#endif\n",
+      fmt::arg("name", name), fmt::arg("formula", loss->formula()), fmt::arg("deriv", loss->derivative()),
+      fmt::arg("consts", model.constants.empty() ? "none" : fmt::format("{}", fmt::join(model.constants, ", "))),
+      fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.params.size()),
+      fmt::arg("npa", std::max<size_t>(1, model.params.size())));
+  return AotArtifact{std::move(*bytes), std::move(h)};
+}
+
+} // namespace hsnn
