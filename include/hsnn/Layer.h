@@ -141,6 +141,7 @@ public:
 private:
   friend struct detail::LayerAccess;
   explicit ActivationLayer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  static Expected<ActivationLayer> compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options);
   std::shared_ptr<Impl> impl_;
 };
 
@@ -178,6 +179,8 @@ public:
 private:
   friend struct detail::LayerAccess;
   explicit Loss(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  static Expected<Loss> compileImpl(std::string_view formula, const std::map<std::string, double> &constants,
+                                    const LossOptions &options);
   std::shared_ptr<Impl> impl_;
 };
 

@@ -82,29 +82,45 @@ std::vector<fs::directory_entry> entries(const std::string &root, CacheCategory 
     if (which != CacheCategory::All && which != c)
       continue;
     std::error_code ec;
-    for (const auto &e : fs::directory_iterator(fs::path(root) / categoryDir(c), ec))
-      if (e.is_regular_file(ec) && e.path().extension() == ".hsnn")
-        out.push_back(e);
+    fs::directory_iterator it(fs::path(root) / categoryDir(c), ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::error_code fe;
+      if (it->is_regular_file(fe) && it->path().extension() == ".hsnn")
+        out.push_back(*it);
+    }
   }
   return out;
 }
 
+// Other threads and processes store and evict at the same time: every
+// filesystem call here takes an error_code, and a file that vanished is
+// simply skipped.
 void evict(const std::string &root) {
-  auto all = entries(root, CacheCategory::All);
+  struct Entry {
+    fs::path path;
+    fs::file_time_type time;
+    uint64_t size;
+  };
+  std::vector<Entry> all;
   uint64_t total = 0;
-  std::error_code ec;
-  for (auto &e : all)
-    total += e.file_size(ec);
+  for (auto &e : entries(root, CacheCategory::All)) {
+    std::error_code ec1, ec2;
+    auto time = fs::last_write_time(e.path(), ec1);
+    auto size = fs::file_size(e.path(), ec2);
+    if (ec1 || ec2)
+      continue;
+    all.push_back({e.path(), time, size});
+    total += size;
+  }
   if (total <= gLimit.load())
     return;
-  std::sort(all.begin(), all.end(),
-            [](auto &a, auto &b) { return a.last_write_time() < b.last_write_time(); });
-  for (auto &e : all) {
+  std::sort(all.begin(), all.end(), [](const Entry &a, const Entry &b) { return a.time < b.time; });
+  for (const Entry &e : all) {
     if (total <= gLimit.load())
       break;
-    uint64_t size = e.file_size(ec);
-    if (fs::remove(e.path(), ec))
-      total -= size;
+    std::error_code ec;
+    fs::remove(e.path, ec);
+    total -= e.size; // gone, whether we or another process removed it
   }
 }
 
@@ -143,6 +159,23 @@ std::optional<ObjectCache> ObjectCache::open() {
 }
 
 std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const CacheKey &key) const {
+  try {
+    return loadUnchecked(category, key);
+  } catch (const std::exception &e) { // a cache problem is a miss, never a failure
+    warn(fmt::format("cache read failed: {}", e.what()));
+    return std::nullopt;
+  }
+}
+
+void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const {
+  try {
+    storeUnchecked(category, key, payload);
+  } catch (const std::exception &e) {
+    warn(fmt::format("cache write failed: {}", e.what()));
+  }
+}
+
+std::optional<std::vector<char>> ObjectCache::loadUnchecked(CacheCategory category, const CacheKey &key) const {
   std::string path = fmt::format("{}/{}/{}.hsnn", dir_, categoryDir(category), toHex(key));
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0)
@@ -186,7 +219,7 @@ std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const
   return std::vector<char>(file.begin() + kHeaderSize, file.end());
 }
 
-void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const {
+void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const {
   std::vector<char> file;
   file.insert(file.end(), kMagic, kMagic + 8);
   put(file, kFormatVersion);

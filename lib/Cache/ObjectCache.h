@@ -48,6 +48,8 @@ public:
 
 private:
   explicit ObjectCache(std::string dir) : dir_(std::move(dir)) {}
+  std::optional<std::vector<char>> loadUnchecked(CacheCategory category, const CacheKey &key) const;
+  void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const;
   std::string dir_;
 };
 

@@ -124,7 +124,16 @@ struct ActivationLayer::Impl {
   }
 };
 
+// Nothing thrown inside (allocation failure, a filesystem error) crosses the API.
 Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
+  try {
+    return compileImpl(nodes, options);
+  } catch (const std::exception &e) {
+    return Error(ErrorCode::Internal, fmt::format("compile failed: {}", e.what()));
+  }
+}
+
+Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
   auto impl = std::make_shared<Impl>();
   impl->options = options;
   if (nodes.empty())

@@ -159,8 +159,18 @@ struct Loss::Impl {
   }
 };
 
+// Nothing thrown inside (allocation failure, a filesystem error) crosses the API.
 Expected<Loss> Loss::compile(std::string_view text, const std::map<std::string, double> &constants,
                              const LossOptions &options) {
+  try {
+    return compileImpl(text, constants, options);
+  } catch (const std::exception &e) {
+    return Error(ErrorCode::Internal, fmt::format("compile failed: {}", e.what()));
+  }
+}
+
+Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::string, double> &constants,
+                                 const LossOptions &options) {
   auto impl = std::make_shared<Impl>();
   impl->options = options;
   if (Error e = impl->guard.configure(options.threads))
