@@ -1,0 +1,26 @@
+# `cmake --install` puts libhsnn, its headers, hsnn-jit and a CMake package
+# (find_package(hsnn CONFIG REQUIRED) + target_link_libraries(app hsnn::hsnn)).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(_hsnn_targets hsnn hsnn_llvm)
+if(NOT HSNN_BUILD_SHARED)
+  # A static libhsnn needs its component archives at link time.
+  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnKernelSpec hsnnCPU)
+  if(HSNN_ENABLE_JIT)
+    list(APPEND _hsnn_targets hsnnCodeGen)
+  endif()
+endif()
+install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS hsnn-jit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/hsnn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT hsnnTargets NAMESPACE hsnn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hsnn)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/hsnnConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/hsnnConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hsnn)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/hsnnConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/hsnnConfig.cmake ${PROJECT_BINARY_DIR}/hsnnConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hsnn)

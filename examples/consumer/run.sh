@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs hsnn from BUILD_DIR into a scratch prefix, builds examples/consumer
+# against the installed package only, and runs it.
+set -euo pipefail
+build="$1" src="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" > /dev/null
+cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake --build "$work/build" > /dev/null
+HSNN_CACHE_DIR="$work/cache" "$work/build/consumer"
+test -x "$work/prefix/bin/hsnn-jit"
+"$work/prefix/bin/hsnn-jit" --version
