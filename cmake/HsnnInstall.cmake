@@ -8,7 +8,7 @@ if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
   list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnKernelSpec hsnnCPU)
   if(HSNN_ENABLE_JIT)
-    list(APPEND _hsnn_targets hsnnCodeGen)
+    list(APPEND _hsnn_targets hsnnCodeGen hsnnCUDA)
   endif()
 endif()
 install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets

@@ -9,7 +9,8 @@ separate_arguments(_llvm_defs NATIVE_COMMAND "${LLVM_DEFINITIONS}")
 target_compile_definitions(hsnn_llvm INTERFACE ${_llvm_defs})
 if(HSNN_LLVM_STATIC)
   llvm_map_components_to_libnames(_llvm_libs core orcjit native nativecodegen passes target support analysis
-                                  transformutils executionengine jitlink)
+                                  transformutils executionengine jitlink irreader linker ipo
+                                  nvptxcodegen nvptxdesc nvptxinfo)
   target_link_libraries(hsnn_llvm INTERFACE ${_llvm_libs})
 else()
   target_link_libraries(hsnn_llvm INTERFACE LLVM)

@@ -12,6 +12,7 @@
 #include <llvm/ADT/StringExtras.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Transforms/Utils/ModuleUtils.h>
@@ -34,9 +35,13 @@ public:
     Type *i64 = Type::getInt64Ty(ctx_);
     bool loss = isLossShape(r.shape);
     bool strided = r.strided && !loss;
-    FunctionType *fty = loss      ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, t}, false)
-                        : strided ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
-                                  : FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64}, false);
+    bool gpu = opt_.gpu;
+    // GPU loss kernels return nothing: each thread writes its partial sum to
+    // partials[global thread id], which the host adds in a fixed order.
+    FunctionType *fty = loss && gpu ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, i64, t, ptr}, false)
+                        : loss      ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, t}, false)
+                        : strided   ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
+                                    : FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64}, false);
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
     Function *fn = Function::Create(fty, Function::ExternalLinkage, r.symbol, m_);
@@ -75,11 +80,19 @@ public:
         slot[i] = t->isFloatTy() ? b.CreateFPTrunc(v, t) : v;
       }
     }
-    b.CreateCondBr(b.CreateICmpSGT(n, b.getInt64(0)), loop, exit);
+    // CPU: i = 0, 1, ..., n-1. GPU: a grid-stride loop from the global thread id.
+    Value *start = b.getInt64(0), *step = b.getInt64(1);
+    if (gpu) {
+      auto sreg = [&](Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), i64); };
+      Value *ntid = sreg(Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+      start = b.CreateAdd(b.CreateMul(sreg(Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid), sreg(Intrinsic::nvvm_read_ptx_sreg_tid_x));
+      step = b.CreateMul(ntid, sreg(Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
+    }
+    b.CreateCondBr(b.CreateICmpSLT(start, n), loop, exit);
 
     b.SetInsertPoint(loop);
     PHINode *idx = b.CreatePHI(i64, 2, "i");
-    idx->addIncoming(b.getInt64(0), entry);
+    idx->addIncoming(start, entry);
     PHINode *acc = nullptr;
     if (r.shape == KernelShape::LossReduce || r.shape == KernelShape::LossFused) {
       acc = b.CreatePHI(b.getDoubleTy(), 2, "sum");
@@ -128,11 +141,11 @@ public:
       accNext = addToSum(b, acc, out(0), t);
       break;
     }
-    Value *next = b.CreateAdd(idx, b.getInt64(1), "i.next", true, true);
+    Value *next = b.CreateAdd(idx, step, "i.next", true, true);
     idx->addIncoming(next, loop);
     if (acc)
       acc->addIncoming(accNext, loop);
-    BranchInst *latch = b.CreateCondBr(b.CreateICmpEQ(next, n), exit, loop);
+    BranchInst *latch = b.CreateCondBr(gpu ? b.CreateICmpSGE(next, n) : b.CreateICmpEQ(next, n), exit, loop);
     if (opt_.interleave > 0) {
       // Interleaving transcendental-heavy bodies buys little and multiplies
       // code size (and so compile time); the count is an option.
@@ -144,7 +157,19 @@ public:
     }
 
     b.SetInsertPoint(exit);
-    if (loss) {
+    if (gpu) {
+      if (acc) {
+        PHINode *res = b.CreatePHI(b.getDoubleTy(), 2);
+        res->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
+        res->addIncoming(accNext, loop);
+        b.CreateStore(res, b.CreateInBoundsGEP(b.getDoubleTy(), fn->getArg(6), start));
+      }
+      b.CreateRetVoid();
+      // Mark it a kernel (an entry point callable from the host).
+      Metadata *md[] = {ValueAsMetadata::get(fn), MDString::get(ctx_, "kernel"),
+                        ConstantAsMetadata::get(b.getInt32(1))};
+      m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
+    } else if (loss) {
       if (acc) {
         PHINode *res = b.CreatePHI(b.getDoubleTy(), 2);
         res->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
@@ -247,7 +272,8 @@ private:
       Intrinsic::ID id = Function::lookupIntrinsicID(StringRef(base.data(), base.size()));
       return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
     }
-    std::string name = std::string(base) + (t->isFloatTy() ? "f" : "");
+    // libdevice names its functions __nv_exp, __nv_expf, ...
+    std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (t->isFloatTy() ? "f" : "");
     SmallVector<Type *, 2> params(args.size(), t);
     FunctionCallee callee = m_.getOrInsertFunction(name, FunctionType::get(t, params, false));
     auto *decl = cast<Function>(callee.getCallee());

@@ -31,6 +31,9 @@ struct EmitOptions {
   bool fastMath = false;
   /// Loop interleave count for the vectorizer; 0 lets LLVM choose.
   int interleave = 0;
+  /// NVPTX kernels: grid-stride loops, libdevice math (__nv_*), GPU loss
+  /// kernels write per-thread partial sums (see KernelSpec.h).
+  bool gpu = false;
 };
 
 /// Adds one function per request to `module` (whose data layout and triple

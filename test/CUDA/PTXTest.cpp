@@ -1,0 +1,124 @@
+//===- test/CUDA/PTXTest.cpp - PTX for every op and kernel kind passes ptxas ---===//
+//
+// Without a GPU: every op and built-in, every kernel kind, f32 and f64, for
+// sm_80 and sm_90, generated through NVPTX with libdevice and assembled by
+// ptxas (unresolved __nv_* calls only show up there).
+//===----------------------------------------------------------------------===//
+#include "CUDA/PTXCompiler.h"
+#include "Runtime/LayerAccess.h"
+
+#include "hsnn/Layer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+using namespace hsnn;
+
+#ifndef HSNN_PTXAS
+#define HSNN_PTXAS ""
+#endif
+
+namespace {
+
+const std::vector<std::string> kFormulas = {
+    "exp(x)", "log(x)", "sqrt(x)", "sin(x)", "cos(x)", "tan(x)", "asin(x)", "acos(x)", "atan(x)", "sinh(x)",
+    "cosh(x)", "tanh(x)", "asinh(x)", "acosh(x)", "atanh(x)", "erf(x)", "erfc(x)", "log1p(x)", "expm1(x)",
+    "Abs(x)", "x**3", "2**x", "atan2(x, 0.5)", "floor(x)", "ceiling(x)", "sign(x)", "Heaviside(x)", "Max(x, 0.25)",
+    "Min(x, 0.25)", "Piecewise((x, x > 1), (2*x, (x < -1) | (x > 0.5)), (0.5, True))", "relu", "sigmoid", "swish",
+    "softplus", "mish", "gelu", "tanh", "elu", "selu", "leaky_relu", "softsign", "hardtanh", "hardsigmoid",
+    "hardswish", "gelu_tanh", "log_sigmoid", "sin(num)*alpha"};
+const std::vector<std::string> kLosses = {"mse", "mae", "huber", "bce", "log_cosh", "smooth_l1", "bce_with_logits",
+                                          "poisson_nll"};
+
+// Kernels for every formula and loss, in one module.
+struct Requests {
+  std::deque<ActivationLayer> layers;
+  std::deque<Loss> losses;
+  std::vector<detail::KernelRequest> list;
+};
+
+Requests allKernels(DType dtype) {
+  Requests r;
+  for (size_t i = 0; i < kFormulas.size(); ++i) {
+    std::map<std::string, double> c;
+    if (kFormulas[i].find("alpha") != std::string::npos)
+      c = {{"alpha", 2}};
+    auto layer = ActivationLayer::compile({{kFormulas[i], c}}, {.method = Method::CpuInterp, .dtype = dtype});
+    REQUIRE(layer);
+    r.layers.push_back(std::move(*layer));
+    auto model = detail::LayerAccess::activation(r.layers.back());
+    for (size_t k = 0; k < 3; ++k)
+      r.list.push_back({fmt::format("act{}_{}", i, detail::shapeName(detail::KernelShape(k))),
+                        model.groupPrograms[0][k], detail::KernelShape(k), dtype});
+  }
+  for (size_t i = 0; i < kLosses.size(); ++i) {
+    auto loss = Loss::compile(kLosses[i], {}, {.method = Method::CpuInterp, .dtype = dtype});
+    REQUIRE(loss);
+    r.losses.push_back(std::move(*loss));
+    auto model = detail::LayerAccess::loss(r.losses.back());
+    const detail::KernelShape shapes[4] = {detail::KernelShape::LossElements, detail::KernelShape::LossReduce,
+                                           detail::KernelShape::LossGradient, detail::KernelShape::LossFused};
+    for (size_t k = 0; k < 4; ++k)
+      r.list.push_back({fmt::format("loss{}_{}", i, detail::shapeName(shapes[k])), model.programs[k], shapes[k], dtype});
+  }
+  return r;
+}
+
+std::string skipReason() {
+  if (std::string(HSNN_PTXAS).empty() || !std::filesystem::exists(HSNN_PTXAS))
+    return "skipped: ptxas not found (install the CUDA toolkit at /usr/local/cuda)";
+  if (!std::filesystem::exists(detail::libdevicePath()))
+    return "skipped: libdevice not found at " + detail::libdevicePath();
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("PTX for every op, built-in and kernel kind assembles with ptxas for sm_80 and sm_90") {
+  if (std::string why = skipReason(); !why.empty()) {
+    MESSAGE(why);
+    return;
+  }
+  auto dir = std::filesystem::temp_directory_path() / fmt::format("hsnn-ptx-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const char *arch : {"sm_80", "sm_90"}) {
+      CAPTURE(arch);
+      CAPTURE(std::string(to_string(dtype)));
+      Requests r = allKernels(dtype);
+      detail::CompileStats stats;
+      auto ptx = detail::compilePtx(r.list, {.arch = arch}, &stats);
+      INFO((ptx ? std::string() : ptx.error().message()));
+      REQUIRE(ptx.has_value());
+      CHECK(ptx->find(".target " + std::string(arch)) != std::string::npos);
+      CHECK(ptx->find("__nv_") == std::string::npos); // libdevice linked in, nothing left unresolved
+      for (const auto &req : r.list)
+        CHECK(ptx->find(".entry " + req.symbol) != std::string::npos);
+      auto file = dir / fmt::format("kernels_{}_{}.ptx", to_string(dtype), arch);
+      std::ofstream(file) << *ptx;
+      std::string cmd = fmt::format("{} -arch={} {} -o {} 2>&1", HSNN_PTXAS, arch, file.string(), (dir / "out.cubin").string());
+      FILE *p = ::popen(cmd.c_str(), "r");
+      REQUIRE(p);
+      std::string out;
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, p))
+        out += buf;
+      int status = ::pclose(p);
+      INFO(out);
+      CHECK(status == 0);
+    }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST_CASE("a bad GPU architecture is a clear error") {
+  Requests r;
+  auto ptx = detail::compilePtx(r.list, {.arch = "gfx90a"});
+  REQUIRE_FALSE(ptx);
+  CHECK(ptx.error().message() == "GPU architecture 'gfx90a' is not of the form sm_XY");
+}
