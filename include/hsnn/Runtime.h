@@ -15,6 +15,7 @@
 #include "hsnn/Layer.h"
 
 #include <functional>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -29,9 +30,17 @@ struct RuntimeFlags {
 };
 
 /// Facts detected once per process.
+struct GpuInfo {
+  std::string name;
+  std::string arch; ///< sm_XY from the compute capability
+  size_t totalMemory = 0;
+};
+
 struct RuntimeInfo {
-  bool gpuEnabled = false;
-  int numGpus = 0;
+  bool gpuEnabled = false;     ///< The cuda method can run here.
+  int numGpus = 0;             ///< Devices the driver reports (even when the method cannot run).
+  std::vector<GpuInfo> gpus;
+  int cudaDriverVersion = 0;   ///< e.g. 13000; 0 without a driver
   std::string gpuUnavailableReason;
   bool cpuJitEnabled = false;
   std::string cpuJitUnavailableReason;

@@ -2,6 +2,7 @@
 #include "hsnn/Runtime.h"
 
 #include "CPU/HostJIT.h"
+#include "CUDA/Driver.h"
 #include "Warn.h"
 
 #include <cstdlib>
@@ -54,7 +55,18 @@ State &state() {
 const RuntimeInfo &runtimeInfo() {
   static const RuntimeInfo info = [] {
     RuntimeInfo i;
-    i.gpuUnavailableReason = "hsnn was built without the CUDA engine";
+    auto driver = detail::CudaDriver::get();
+    if (!driver) {
+      i.gpuUnavailableReason = driver.error().message();
+    } else {
+      i.cudaDriverVersion = (*driver)->driverVersion;
+      for (const detail::GpuDevice &g : (*driver)->devices)
+        i.gpus.push_back({g.name, g.arch(), g.totalMemory});
+      i.numGpus = int(i.gpus.size());
+      // Devices are detected and PTX is generated, but kernel launching is
+      // not implemented yet: the method stays unavailable, and says so.
+      i.gpuUnavailableReason = fmt::format("the CUDA kernel launcher is not implemented yet ({} GPU(s) detected)", i.numGpus);
+    }
     auto jit = detail::HostJIT::get();
     i.cpuJitEnabled = bool(jit);
     if (jit) {

@@ -2,6 +2,7 @@
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
+#include <cstdlib>
 #include <doctest/doctest.h>
 #include <string>
 #include <vector>
@@ -85,4 +86,19 @@ TEST_CASE("scoped flags restore what they replaced") {
   CHECK(runtimeFlags().threads == before.threads);
   CHECK(runtimeFlags().cacheDir == before.cacheDir);
   CHECK(runtimeFlags().useKernelCache == before.useKernelCache);
+}
+
+TEST_CASE("without a driver the CUDA method reports why, and strict mode refuses it") {
+  const RuntimeInfo &info = runtimeInfo();
+  if (const char *lib = std::getenv("HSNN_CUDA_LIBRARY")) {
+    // ctest runs this case again with HSNN_CUDA_LIBRARY=/nonexistent.
+    CHECK(info.gpuUnavailableReason.rfind(std::string("no CUDA driver: cannot load ") + lib + " (", 0) == 0);
+    CHECK(info.numGpus == 0);
+  }
+  CHECK_FALSE(info.gpuEnabled);
+  CHECK_FALSE(info.gpuUnavailableReason.empty());
+  ScopedRuntimeFlags strict({.strict = true});
+  auto layer = ActivationLayer::compile({{"relu", {}}}, {.method = Method::Cuda});
+  REQUIRE_FALSE(layer);
+  CHECK(layer.error().code() == ErrorCode::Unsupported);
 }

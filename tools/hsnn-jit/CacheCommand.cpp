@@ -135,7 +135,11 @@ int runInfo(std::span<const std::string_view> args) {
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
   fmt::print("threads:        {}\n", threads);
   fmt::print("cpu_jit:        {}\n", i.cpuJitEnabled ? "available" : "unavailable: " + i.cpuJitUnavailableReason);
-  fmt::print("gpus:           {}\n", i.gpuEnabled ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
+  fmt::print("gpus:           {}\n", i.numGpus ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
+  for (const GpuInfo &g : i.gpus)
+    fmt::print("  {} ({}, {} MiB)\n", g.name, g.arch, g.totalMemory >> 20);
+  if (i.numGpus && !i.gpuEnabled)
+    fmt::print("cuda method:    unavailable: {}\n", i.gpuUnavailableReason);
   fmt::print("default method: {}\n", to_string(i.defaultMethod));
   fmt::print("strict:         {}\n", f.strict);
   fmt::print("kernel cache:   {} ({}; {} entries, {} bytes)\n", kernelCacheDir(), f.useKernelCache ? "on" : "off",

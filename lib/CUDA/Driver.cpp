@@ -1,0 +1,80 @@
+//===- lib/CUDA/Driver.cpp - The CUDA driver API, loaded at run time ------===//
+#include "Driver.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <mutex>
+
+namespace hsnn::detail {
+namespace {
+constexpr int kAttrComputeCapabilityMajor = 75, kAttrComputeCapabilityMinor = 76;
+
+template <class F> bool resolve(void *lib, const char *name, F &fn) {
+  fn = reinterpret_cast<F>(::dlsym(lib, name));
+  return fn != nullptr;
+}
+} // namespace
+
+std::string CudaDriver::errorString(CUresult r) const {
+  const char *s = nullptr;
+  if (cuGetErrorString && cuGetErrorString(r, &s) == 0 && s)
+    return fmt::format("{} (CUresult {})", s, r);
+  return fmt::format("CUresult {}", r);
+}
+
+Expected<const CudaDriver *> CudaDriver::get() {
+  static std::once_flag once;
+  static CudaDriver driver;
+  static Error failure;
+  std::call_once(once, [] {
+    const char *name = std::getenv("HSNN_CUDA_LIBRARY");
+    if (!name || !*name)
+      name = "libcuda.so.1";
+    void *lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char *why = ::dlerror();
+      failure = Error(ErrorCode::Unsupported, fmt::format("no CUDA driver: cannot load {} ({})", name, why ? why : "?"));
+      return;
+    }
+    CudaDriver d;
+    bool ok = resolve(lib, "cuInit", d.cuInit) && resolve(lib, "cuDriverGetVersion", d.cuDriverGetVersion) &&
+              resolve(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && resolve(lib, "cuDeviceGet", d.cuDeviceGet) &&
+              resolve(lib, "cuDeviceGetName", d.cuDeviceGetName) &&
+              resolve(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute) &&
+              resolve(lib, "cuDeviceTotalMem_v2", d.cuDeviceTotalMem) && resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+    if (!ok) {
+      failure = Error(ErrorCode::Unsupported, fmt::format("driver too old: {} lacks a required entry point", name));
+      return;
+    }
+    if (CUresult r = d.cuInit(0)) {
+      failure = Error(ErrorCode::Unsupported, fmt::format("cuInit failed: {}", d.errorString(r)));
+      return;
+    }
+    d.cuDriverGetVersion(&d.driverVersion);
+    int count = 0;
+    if (CUresult r = d.cuDeviceGetCount(&count); r || count == 0) {
+      failure = Error(ErrorCode::Unsupported, r ? fmt::format("cuDeviceGetCount failed: {}", d.errorString(r))
+                                                : std::string("no CUDA device"));
+      return;
+    }
+    for (int i = 0; i < count; ++i) {
+      CUdevice dev;
+      GpuDevice g;
+      g.ordinal = i;
+      char nameBuf[256] = {};
+      if (d.cuDeviceGet(&dev, i) || d.cuDeviceGetName(nameBuf, sizeof nameBuf - 1, dev) ||
+          d.cuDeviceGetAttribute(&g.ccMajor, kAttrComputeCapabilityMajor, dev) ||
+          d.cuDeviceGetAttribute(&g.ccMinor, kAttrComputeCapabilityMinor, dev) || d.cuDeviceTotalMem(&g.totalMemory, dev))
+        continue;
+      g.name = nameBuf;
+      d.devices.push_back(g);
+    }
+    driver = d;
+  });
+  if (failure)
+    return failure;
+  return &driver;
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,49 @@
+//===- lib/CUDA/Driver.h - The CUDA driver API, loaded at run time -*- C++ -*-===//
+//
+// libcuda is opened with dlopen (HSNN_CUDA_LIBRARY overrides the name), so
+// the same binary runs where there is no driver; the entry points are the
+// versioned symbols cuda.h's macros stand for (cuMemAlloc -> cuMemAlloc_v2).
+// LLVM-free, and free of cuda.h: the few types are declared here.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "hsnn/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace hsnn::detail {
+
+using CUresult = int;
+using CUdevice = int;
+
+struct GpuDevice {
+  int ordinal = 0;
+  std::string name;
+  int ccMajor = 0, ccMinor = 0;
+  size_t totalMemory = 0;
+  std::string arch() const { return "sm_" + std::to_string(ccMajor) + std::to_string(ccMinor); }
+};
+
+/// Function pointers into libcuda, resolved once per process.
+struct CudaDriver {
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDriverGetVersion)(int *) = nullptr;
+  CUresult (*cuDeviceGetCount)(int *) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice *, int) = nullptr;
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceTotalMem)(size_t *, CUdevice) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+
+  int driverVersion = 0; ///< e.g. 13000 for CUDA 13.0
+  std::vector<GpuDevice> devices;
+
+  /// The driver with its devices enumerated, or why there is none (no
+  /// library, a missing entry point, cuInit failing, no device).
+  static Expected<const CudaDriver *> get();
+  std::string errorString(CUresult r) const;
+};
+
+} // namespace hsnn::detail
