@@ -53,4 +53,15 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
                                      const std::map<std::string, double> &constants, DType dtype,
                                      const AotOptions &options = {});
 
+/// PTX for an NVIDIA GPU (`arch` = sm_XY): one grid-stride kernel per
+/// distinct formula and kind (NAME_u<K>_forward/_backward/_fused, with the
+/// KernelSpec activation ABI; the PTX header comment lists which node uses
+/// which K), or for a loss NAME_elements/_sum/_gradient/_fused (partial sums
+/// per thread in an extra double* argument). Needs no GPU.
+Expected<std::string> compileLayerPtx(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
+                                      const std::string &arch, int optLevel = 3);
+Expected<std::string> compileLossPtx(const std::string &name, const std::string &formula,
+                                     const std::map<std::string, double> &constants, DType dtype,
+                                     const std::string &arch, int optLevel = 3);
+
 } // namespace hsnn

@@ -56,7 +56,34 @@ expect cache-stats 0 $"dir: $HSNN_CACHE_DIR"$'\ncpu: 0 entries, 0 bytes\ngpu: 0 
 out=$("$J" info --json 2>&1); code=$?
 if [ $code = 0 ] && [[ "$out" == *'"default_method": '* ]] && [[ "$out" == *"\"cache_dir\": \"$HSNN_CACHE_DIR\""* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info --json: $out"; fi
 
-for sub in parse diff eval bench cache info; do
+# Ahead-of-time compile (only in builds with the LLVM code generator).
+if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1 | grep -q "no LLVM code generator"; then
+  dir=$(mktemp -d)
+  printf '%s' '{"name": "l1", "nodes": [{"formula": "sin(num)*alpha", "constants": {"alpha": 2}}, {"formula": "tanhh(x)"}]}' > "$dir/bad.json"
+  printf '%s' '{"name": "l1", "nodes": [{"formula": "relu", "repeat": 0}]}' > "$dir/repeat.json"
+  printf '%s' '{"name": "l1", "nodes": [' > "$dir/broken.json"
+  printf '%s' '{"name": "9lives", "nodes": [{"formula": "relu"}]}' > "$dir/name.json"
+  printf '%s' '{"name": "good", "dtype": "f64", "layout": "batch_major", "nodes": [{"formula": "gelu", "repeat": 4}]}' > "$dir/good.json"
+  printf '%s' '{"name": "hub", "mode": "loss", "formula": "huber", "constants": {"delta": 0.5}}' > "$dir/loss.json"
+  expect compile-bad-formula 1 $'node 1: error: unknown function \'tanhh\'; did you mean \'tanh\'?\n  tanhh(x)\n  ^~~~~' -- compile "$dir/bad.json" --emit obj -o "$dir/x.o"
+  expect compile-bad-repeat 1 "hsnn-jit compile: error: $dir/repeat.json: nodes[0]: \"repeat\" must be an integer from 1 to 1048576" -- compile "$dir/repeat.json" --emit obj
+  expect compile-bad-name 1 "layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
+  expect compile-no-emit 2 $'hsnn-jit compile: error: --emit is required (obj, asm, llvm-ir or header)\nTry \'hsnn-jit compile --help\'.' -- compile "$dir/good.json"
+  expect compile-cubin 1 'hsnn-jit compile: error: --emit cubin needs ptxas or the CUDA driver; emit ptx and run `ptxas -arch=sm_80 NAME.ptx -o NAME.cubin`' -- compile "$dir/good.json" --emit cubin
+  expect compile-obj 0 '' -- compile "$dir/good.json" --emit obj -o "$dir/good.o"
+  expect compile-header 0 '' -- compile "$dir/good.json" --emit header -o "$dir/good.h"
+  expect compile-ir 0 '' -- compile "$dir/loss.json" --emit llvm-ir -o "$dir/hub.ll"
+  expect compile-ptx 0 '' -- compile "$dir/loss.json" --emit ptx --gpu-arch sm_90 -o "$dir/hub.ptx"
+  grep -q 'void good_fused(const double \*z, double \*a, double \*dfdz, int64_t batch, const double \*params);' "$dir/good.h" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL header declares good_fused"; }
+  grep -q 'define.*@hub_fused' "$dir/hub.ll" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL IR defines hub_fused"; }
+  grep -q '.entry hub_fused' "$dir/hub.ptx" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL PTX has hub_fused"; }
+  if "$J" compile "$dir/broken.json" --emit obj 2> "$dir/err"; then fail=$((fail + 1)); echo "FAIL broken json accepted"; else
+    grep -q "invalid JSON" "$dir/err" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL broken json message: $(cat "$dir/err")"; }
+  fi
+  rm -rf "$dir"
+fi
+
+for sub in parse diff eval bench cache info compile; do
   out=$("$J" $sub --help 2>&1); code=$?
   if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi
 done

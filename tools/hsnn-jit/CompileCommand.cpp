@@ -15,8 +15,9 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kCompileHelp =
-    R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header [-o OUT]
-                        [--target TRIPLE] [--cpu NAME] [--bake-constants] [-O0|-O1|-O2|-O3]
+    R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx [-o OUT]
+                        [--target TRIPLE] [--cpu NAME] [--gpu-arch sm_XY]
+                        [--bake-constants] [-O0|-O1|-O2|-O3]
 
 Compiles a layer or loss described in SPEC.json ahead of time:
   {"name": "layer1", "mode": "activation", "dtype": "f32", "layout": "nodes_major",
@@ -25,8 +26,9 @@ Compiles a layer or loss described in SPEC.json ahead of time:
   {"name": "loss", "mode": "loss", "dtype": "f32", "formula": "huber",
    "constants": {"delta": 0.5}, "reduction": "mean"}
 obj + header give C entry points that need no LLVM, TBB or hsnn at link time
-(link with -lmvec -lm); see the header for the ABI. OUT defaults to NAME.o,
-NAME.s, NAME.ll or NAME.h. --cpu defaults to this machine's CPU.
+(link with -lmvec -lm); see the header for the ABI. ptx: GPU kernels for
+--gpu-arch (default sm_80), no GPU needed. OUT defaults to NAME.o, NAME.s,
+NAME.ll, NAME.h or NAME.ptx. --cpu defaults to this machine's CPU.
 )";
 
 struct Spec {
@@ -142,6 +144,7 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
 
 int runCompile(std::span<const std::string_view> args) {
   std::optional<std::string> specPath, out, emit;
+  std::string gpuArch = "sm_80";
   AotOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
@@ -162,6 +165,11 @@ int runCompile(std::span<const std::string_view> args) {
       if (!v)
         return usageError("compile", fmt::format("{} needs a value", a));
       (a == "--target" ? o.triple : o.cpu) = *v;
+    } else if (a == "--gpu-arch") {
+      auto v = value();
+      if (!v)
+        return usageError("compile", "--gpu-arch needs sm_XY");
+      gpuArch = *v;
     } else if (a == "--bake-constants") {
       o.bakeConstants = true;
     } else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3') {
@@ -178,12 +186,13 @@ int runCompile(std::span<const std::string_view> args) {
     return usageError("compile", "no spec file given");
   if (!emit)
     return usageError("compile", "--emit is required (obj, asm, llvm-ir or header)");
-  if (*emit == "ptx" || *emit == "cubin") {
-    fmt::print(stderr, "hsnn-jit compile: error: --emit {} needs the GPU engine, which this build does not have yet\n", *emit);
+  if (*emit == "cubin") {
+    fmt::print(stderr, "hsnn-jit compile: error: --emit cubin needs ptxas or the CUDA driver; emit ptx and run "
+                       "`ptxas -arch={} NAME.ptx -o NAME.cubin`\n", gpuArch);
     return BadInput;
   }
-  if (*emit != "obj" && *emit != "asm" && *emit != "llvm-ir" && *emit != "header")
-    return usageError("compile", fmt::format("--emit takes obj, asm, llvm-ir or header, not '{}'", *emit));
+  if (*emit != "obj" && *emit != "asm" && *emit != "llvm-ir" && *emit != "header" && *emit != "ptx")
+    return usageError("compile", fmt::format("--emit takes obj, asm, llvm-ir, header or ptx, not '{}'", *emit));
   o.output = *emit == "asm" ? AotOutput::Assembly : *emit == "llvm-ir" ? AotOutput::LLVMIR : AotOutput::Object;
 
   auto spec = readSpec(*specPath);
@@ -192,6 +201,22 @@ int runCompile(std::span<const std::string_view> args) {
     return BadInput;
   }
   Spec &s = std::get<Spec>(spec);
+  if (*emit == "ptx") {
+    auto ptx = s.mode == FormulaMode::Loss ? compileLossPtx(s.name, s.formula, s.constants, s.dtype, gpuArch, o.optLevel)
+                                           : compileLayerPtx(s.name, s.nodes, s.dtype, gpuArch, o.optLevel);
+    if (!ptx) {
+      fmt::print(stderr, "{}\n", ptx.error().message());
+      return BadInput;
+    }
+    std::string path = out.value_or(s.name + ".ptx");
+    std::ofstream f(path);
+    f << *ptx;
+    if (!f.good()) {
+      fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
+      return BadInput;
+    }
+    return Ok;
+  }
   auto artifact = s.mode == FormulaMode::Loss ? compileLossAot(s.name, s.formula, s.constants, s.dtype, o)
                                               : compileLayerAot(s.name, s.nodes, s.dtype, s.layout, o);
   if (!artifact) {
