@@ -23,19 +23,6 @@ Prints what the runtime detected: CPU, capability, threads, JIT availability,
 GPUs, the default method, and the cache directory and size.
 )";
 
-std::string jsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", int(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 } // namespace
 
 int runCache(std::span<const std::string_view> args) {
@@ -78,7 +65,7 @@ int runCache(std::span<const std::string_view> args) {
       for (size_t i = 0; i < entries->size(); ++i) {
         const CacheEntryInfo &e = (*entries)[i];
         fmt::print("{}{{\"path\": {}, \"category\": \"{}\", \"bytes\": {}, \"last_used\": {}}}", i ? ", " : "",
-                   jsonString(e.path), e.category, e.bytes, e.lastUsed);
+                   jsonQuote(e.path), e.category, e.bytes, e.lastUsed);
       }
       fmt::print("]\n");
     } else {
@@ -95,7 +82,7 @@ int runCache(std::span<const std::string_view> args) {
   }
   if (json)
     fmt::print("{{\"dir\": {}, \"cpu\": {{\"entries\": {}, \"bytes\": {}}}, \"gpu\": {{\"entries\": {}, \"bytes\": {}}}}}\n",
-               jsonString(kernelCacheDir()), n[0], bytes[0], n[1], bytes[1]);
+               jsonQuote(kernelCacheDir()), n[0], bytes[0], n[1], bytes[1]);
   else
     fmt::print("dir: {}\ncpu: {} entries, {} bytes\ngpu: {} entries, {} bytes\n", kernelCacheDir(), n[0], bytes[0], n[1],
                bytes[1]);
@@ -127,9 +114,9 @@ int runInfo(std::span<const std::string_view> args) {
                "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpu_unavailable_reason\": {}, "
                "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
                "\"cache_entries\": {}, \"cache_bytes\": {}}}\n",
-               jsonString(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonString(i.cpuJitUnavailableReason),
-               i.gpuEnabled, i.numGpus, jsonString(i.gpuUnavailableReason), to_string(i.defaultMethod), f.useKernelCache,
-               f.strict, jsonString(kernelCacheDir()), cacheEntries, cacheBytes);
+               jsonQuote(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonQuote(i.cpuJitUnavailableReason),
+               i.gpuEnabled, i.numGpus, jsonQuote(i.gpuUnavailableReason), to_string(i.defaultMethod), f.useKernelCache,
+               f.strict, jsonQuote(kernelCacheDir()), cacheEntries, cacheBytes);
     return Ok;
   }
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);

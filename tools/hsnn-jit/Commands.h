@@ -22,4 +22,7 @@ int runCompile(std::span<const std::string_view> args);
 /// Prints "hsnn-jit: error: <message>" and the hint to use --help.
 int usageError(std::string_view command, std::string_view message);
 
+/// A JSON string literal for s (quotes, backslashes and controls escaped).
+std::string jsonQuote(std::string_view s);
+
 } // namespace hsnn::cli

@@ -7,6 +7,7 @@
 #include <llvm/Support/JSON.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <chrono>
 #include <fmt/format.h>
 #include <fstream>
 #include <optional>
@@ -17,7 +18,7 @@ namespace {
 constexpr const char *kCompileHelp =
     R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx [-o OUT]
                         [--target TRIPLE] [--cpu NAME] [--gpu-arch sm_XY]
-                        [--bake-constants] [-O0|-O1|-O2|-O3]
+                        [--bake-constants] [-O0|-O1|-O2|-O3] [-v]
 
 Compiles a layer or loss described in SPEC.json ahead of time:
   {"name": "layer1", "mode": "activation", "dtype": "f32", "layout": "nodes_major",
@@ -145,6 +146,7 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
 int runCompile(std::span<const std::string_view> args) {
   std::optional<std::string> specPath, out, emit;
   std::string gpuArch = "sm_80";
+  bool verbose = false;
   AotOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
@@ -170,6 +172,8 @@ int runCompile(std::span<const std::string_view> args) {
       if (!v)
         return usageError("compile", "--gpu-arch needs sm_XY");
       gpuArch = *v;
+    } else if (a == "-v" || a == "--verbose") {
+      verbose = true;
     } else if (a == "--bake-constants") {
       o.bakeConstants = true;
     } else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3') {
@@ -195,6 +199,8 @@ int runCompile(std::span<const std::string_view> args) {
     return usageError("compile", fmt::format("--emit takes obj, asm, llvm-ir, header or ptx, not '{}'", *emit));
   o.output = *emit == "asm" ? AotOutput::Assembly : *emit == "llvm-ir" ? AotOutput::LLVMIR : AotOutput::Object;
 
+  auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
   auto spec = readSpec(*specPath);
   if (auto *e = std::get_if<std::string>(&spec)) {
     fmt::print(stderr, "hsnn-jit compile: error: {}\n", *e);
@@ -208,6 +214,8 @@ int runCompile(std::span<const std::string_view> args) {
       fmt::print(stderr, "{}\n", ptx.error().message());
       return BadInput;
     }
+    if (verbose)
+      fmt::print(stderr, "read spec, parse, differentiate, emit, optimise and generate PTX: {:.2f} ms\n", elapsed());
     std::string path = out.value_or(s.name + ".ptx");
     std::ofstream f(path);
     f << *ptx;
@@ -223,6 +231,8 @@ int runCompile(std::span<const std::string_view> args) {
     fmt::print(stderr, "{}\n", artifact.error().message());
     return BadInput;
   }
+  if (verbose)
+    fmt::print(stderr, "read spec, parse, differentiate, emit, optimise and generate code: {:.2f} ms\n", elapsed());
   std::string ext = *emit == "obj" ? ".o" : *emit == "asm" ? ".s" : *emit == "llvm-ir" ? ".ll" : ".h";
   std::string path = out.value_or(s.name + ext);
   std::ofstream f(path, std::ios::binary);

@@ -5,6 +5,7 @@
 #include "hsnn/Layer.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
@@ -14,20 +15,23 @@
 namespace hsnn::cli {
 namespace {
 
-constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss]
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss] [--json] [-v]
 
 Prints the canonical (simplified) form of FORMULA and the constants it needs,
 with the defaults that built-ins supply. Without --mode, a formula that only
 makes sense as a loss (y_pred, y_true, mse, ...) is read as one.
 )";
-constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--mode activation|loss]
+constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--mode activation|loss] [--json] [-v]
 
 Prints the simplified derivative on one line: d/dnum for activations,
 d/dy_pred for losses.
 )";
 constexpr const char *kEvalHelp =
     R"(usage: hsnn-jit eval FORMULA --at X [--y-true T] [--const NAME=VALUE ...]
-                     [--derivative] [--dtype f32|f64] [--mode activation|loss]
+                     [--derivative] [--dtype f32|f64] [--mode activation|loss] [--json] [-v]
 
 Evaluates FORMULA (or its derivative) with the interpreter and prints the
 value with 17 significant digits. --at is num for activations and y_pred for
@@ -61,6 +65,8 @@ struct Options {
   bool derivative = false;
   DType dtype = DType::F64;
   bool help = false;
+  bool json = false;
+  bool verbose = false; // -v: where the time went, on stderr
 };
 
 // Returns an exit code on failure, nullopt to go on.
@@ -82,6 +88,10 @@ std::optional<int> parseOptions(std::string_view command, std::span<const std::s
     };
     if (a == "-h" || a == "--help") {
       o.help = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "-v" || a == "--verbose") {
+      o.verbose = true;
     } else if (a == "--mode") {
       auto v = value();
       if (!v || (*v != "activation" && *v != "loss"))
@@ -164,12 +174,27 @@ int runParse(std::span<const std::string_view> args) {
   if (int code = withFormula("parse", kParseHelp, args, false, o))
     return code < 0 ? Ok : code;
   ExprContext ctx;
+  auto t0 = Clock::now();
   auto r = parseAnyMode(ctx, *o.formula, o.mode);
+  double parseMs = msSince(t0);
   if (auto *d = std::get_if<Diagnostic>(&r)) {
     fmt::print(stderr, "{}\n", d->render());
     return BadInput;
   }
   const Formula &f = std::get<Formula>(r);
+  if (o.verbose)
+    fmt::print(stderr, "parse+simplify: {:.3f} ms\n", parseMs);
+  if (o.json) {
+    std::vector<std::string> cs;
+    for (const std::string &c : f.constants) {
+      auto it = f.defaults.find(c);
+      cs.push_back(it == f.defaults.end() ? fmt::format("{{\"name\": {}}}", jsonQuote(c))
+                                          : fmt::format("{{\"name\": {}, \"default\": {}}}", jsonQuote(c), it->second));
+    }
+    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr)),
+               f.mode == FormulaMode::Loss ? "loss" : "activation", fmt::join(cs, ", "));
+    return Ok;
+  }
   fmt::print("{}\n", print(f.expr));
   std::vector<std::string> names;
   for (const std::string &c : f.constants) {
@@ -186,14 +211,24 @@ int runDiff(std::span<const std::string_view> args) {
   if (int code = withFormula("diff", kDiffHelp, args, false, o))
     return code < 0 ? Ok : code;
   ExprContext ctx;
+  auto t0 = Clock::now();
   auto r = parseAnyMode(ctx, *o.formula, o.mode);
+  double parseMs = msSince(t0);
   if (auto *d = std::get_if<Diagnostic>(&r)) {
     fmt::print(stderr, "{}\n", d->render());
     return BadInput;
   }
   const Formula &f = std::get<Formula>(r);
   Variable v = f.mode == FormulaMode::Loss ? Variable::YPred : Variable::Num;
-  fmt::print("{}\n", print(differentiate(ctx, f.expr, v)));
+  auto t1 = Clock::now();
+  std::string derivative = print(differentiate(ctx, f.expr, v));
+  if (o.verbose)
+    fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate: {:.3f} ms\n", parseMs, msSince(t1));
+  if (o.json)
+    fmt::print("{{\"formula\": {}, \"variable\": \"{}\", \"derivative\": {}}}\n", jsonQuote(print(f.expr)),
+               variableName(v), jsonQuote(derivative));
+  else
+    fmt::print("{}\n", derivative);
   return Ok;
 }
 
@@ -219,11 +254,14 @@ int runEval(std::span<const std::string_view> args) {
     return BadInput;
   };
   double value = 0;
+  CompileInfo info;
+  auto t0 = Clock::now();
   if (*o.mode == FormulaMode::Activation) {
     auto layer = ActivationLayer::compile({{std::string(*o.formula), o.constants}},
                                           {.method = Method::CpuInterp, .dtype = o.dtype});
     if (!layer)
       return report(layer.error());
+    info = layer->compileInfo();
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T z = T(*o.at), one = 1, out = 0;
@@ -238,6 +276,7 @@ int runEval(std::span<const std::string_view> args) {
                               {.method = Method::CpuInterp, .dtype = o.dtype, .reduction = Reduction::None});
     if (!loss)
       return report(loss.error());
+    info = loss->compileInfo();
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T yp = T(*o.at), yt = T(o.yTrue.value_or(0)), out = 0;
@@ -248,7 +287,15 @@ int runEval(std::span<const std::string_view> args) {
     if (Error e = o.dtype == DType::F32 ? runOne(0.0f) : runOne(0.0))
       return report(e);
   }
-  fmt::print("{:.17g}\n", value);
+  if (o.verbose)
+    fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate+lower: {:.3f} ms, total with evaluation: {:.3f} ms\n",
+               info.parseMs, info.diffMs, msSince(t0));
+  if (o.json)
+    fmt::print("{{\"value\": {}, \"dtype\": \"{}\", \"derivative\": {}}}\n",
+               std::isfinite(value) ? fmt::format("{:.17g}", value) : jsonQuote(fmt::format("{}", value)), to_string(o.dtype),
+               o.derivative);
+  else
+    fmt::print("{:.17g}\n", value);
   return Ok;
 }
 

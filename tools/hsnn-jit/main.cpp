@@ -17,6 +17,20 @@ int usageError(std::string_view command, std::string_view message) {
   return BadUsage;
 }
 
+std::string jsonQuote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", int(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
 } // namespace hsnn::cli
 
 namespace {
