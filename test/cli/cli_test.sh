@@ -44,6 +44,9 @@ expect bad-command 2 $'hsnn-jit: error: unknown command \'frobnicate\'\nTry \'hs
 expect no-command 2 $'hsnn-jit: error: no command given\nTry \'hsnn-jit --help\'.' --
 expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss\'\nTry \'hsnn-jit parse --help\'.' -- parse x --mode foo
 expect version 0 'hsnn-jit 0.1.0' -- --version
+expect parse-json 0 '{"canonical": "sin(num)*alpha", "mode": "activation", "constants": [{"name": "alpha"}]}' -- parse 'sin(x)*alpha' --json
+expect diff-json 0 '{"formula": "(y_pred - y_true)*(y_pred - y_true)", "variable": "y_pred", "derivative": "y_pred - y_true + (y_pred - y_true)"}' -- diff mse --json
+expect eval-json 0 '{"value": 0.84134474606854293, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
 expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
