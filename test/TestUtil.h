@@ -12,6 +12,14 @@
 #include <map>
 #include <string>
 
+// Errors are values: check one and show its message when it is set.
+#define REQUIRE_OK(expr)                                                                                     \
+  do {                                                                                                       \
+    hsnn::Error err_ = (expr);                                                                               \
+    INFO(err_.message());                                                                                    \
+    REQUIRE_FALSE(static_cast<bool>(err_));                                                                  \
+  } while (0)
+
 namespace hsnn::test {
 
 /// Parses or fails the test with the diagnostic.

@@ -105,26 +105,16 @@ Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const 
     stats->emitMs = msSince(t0);
 
   auto t1 = Clock::now();
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::OptimizationLevel level = options.optLevel <= 1   ? llvm::OptimizationLevel::O1
+                                  : options.optLevel == 2 ? llvm::OptimizationLevel::O2
+                                                          : llvm::OptimizationLevel::O3;
+  runPasses(*module, *tm, [&](llvm::PassBuilder &pb) {
     llvm::ModulePassManager mpm;
     // Only the kernels stay visible; libdevice's helpers inline and vanish.
     mpm.addPass(llvm::InternalizePass([&](const llvm::GlobalValue &g) { return kernels.count(g.getName().str()) > 0; }));
-    mpm.addPass(pb.buildPerModuleDefaultPipeline(options.optLevel <= 0   ? llvm::OptimizationLevel::O1
-                                                 : options.optLevel == 1 ? llvm::OptimizationLevel::O1
-                                                 : options.optLevel == 2 ? llvm::OptimizationLevel::O2
-                                                                         : llvm::OptimizationLevel::O3));
-    mpm.run(*module, mam);
-  }
+    mpm.addPass(pb.buildPerModuleDefaultPipeline(level));
+    return mpm;
+  });
   if (stats)
     stats->optimizeMs = msSince(t1);
 

@@ -47,6 +47,21 @@ llvm::FunctionPassManager kernelPipeline(llvm::OptimizationLevel level) {
 
 } // namespace
 
+void runPasses(llvm::Module &module, llvm::TargetMachine &tm,
+               const std::function<llvm::ModulePassManager(llvm::PassBuilder &)> &build) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  build(pb).run(module, mam);
+}
+
 Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
                                             const PipelineOptions &options, CompileStats *stats,
                                             const ModuleExtender &extend) {
@@ -77,28 +92,18 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
     stats->emitMs = msSince(t0);
 
   auto t1 = Clock::now();
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(&tm);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::OptimizationLevel ol = options.optLevel <= 0   ? llvm::OptimizationLevel::O0
-                                 : options.optLevel == 1 ? llvm::OptimizationLevel::O1
-                                 : options.optLevel == 2 ? llvm::OptimizationLevel::O2
-                                                         : llvm::OptimizationLevel::O3;
+  llvm::OptimizationLevel ol = options.optLevel <= 0   ? llvm::OptimizationLevel::O0
+                               : options.optLevel == 1 ? llvm::OptimizationLevel::O1
+                               : options.optLevel == 2 ? llvm::OptimizationLevel::O2
+                                                       : llvm::OptimizationLevel::O3;
+  runPasses(module, tm, [&](llvm::PassBuilder &pb) {
     llvm::ModulePassManager mpm;
     if (ol == llvm::OptimizationLevel::O0)
       mpm = pb.buildO0DefaultPipeline(ol);
     else
       mpm.addPass(llvm::createModuleToFunctionPassAdaptor(kernelPipeline(ol)));
-    mpm.run(module, mam);
-  }
+    return mpm;
+  });
   if (stats)
     stats->optimizeMs = msSince(t1);
 

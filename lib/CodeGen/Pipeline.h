@@ -16,7 +16,12 @@
 
 namespace llvm {
 class TargetMachine;
-}
+class PassBuilder;
+class Module;
+template <typename IRUnitT, typename AnalysisManagerT, typename... ExtraArgTs> class PassManager;
+template <typename IRUnitT, typename... ExtraArgTs> class AnalysisManager;
+using ModulePassManager = PassManager<Module, AnalysisManager<Module>>;
+} // namespace llvm
 
 namespace hsnn::detail {
 
@@ -37,6 +42,11 @@ struct PipelineOptions {
 
 /// Adds more functions to the module before optimisation (AOT entry points).
 using ModuleExtender = std::function<llvm::Error(llvm::Module &)>;
+
+/// Runs a module pass pipeline built by `build` (given a PassBuilder set up
+/// for `tm` with all analyses registered).
+void runPasses(llvm::Module &module, llvm::TargetMachine &tm,
+               const std::function<llvm::ModulePassManager(llvm::PassBuilder &)> &build);
 
 Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
                                             const PipelineOptions &options, CompileStats *stats,

@@ -197,10 +197,8 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   impl->info.method = Method::CpuInterp;
   if (*method == Method::CpuJit) {
     if (Error e = impl->compileKernels()) {
-      // A kernel the JIT cannot build is a fallback like any other.
-      if (runtimeFlags().strict)
-        return Error(e.code(), "cpu_jit failed (strict mode): " + e.message());
-      detail::warn(fmt::format("cpu_jit failed: {}; using cpu_interp", e.message()));
+      if (Error strict = detail::jitFailed(e))
+        return strict;
     } else {
       impl->info.method = Method::CpuJit;
     }

@@ -200,9 +200,8 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   impl->info.method = Method::CpuInterp;
   if (*method == Method::CpuJit) {
     if (Error e = impl->compileKernels()) {
-      if (runtimeFlags().strict)
-        return Error(e.code(), "cpu_jit failed (strict mode): " + e.message());
-      detail::warn(fmt::format("cpu_jit failed: {}; using cpu_interp", e.message()));
+      if (Error strict = detail::jitFailed(e))
+        return strict;
     } else {
       impl->info.method = Method::CpuJit;
     }

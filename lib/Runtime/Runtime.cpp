@@ -118,6 +118,13 @@ void warn(std::string_view message) {
   }
   h(message);
 }
+Error jitFailed(const Error &failure) {
+  // A kernel the JIT cannot build is a fallback like any other.
+  if (runtimeFlags().strict)
+    return Error(failure.code(), "cpu_jit failed (strict mode): " + failure.message());
+  warn(fmt::format("cpu_jit failed: {}; using cpu_interp", failure.message()));
+  return Error::success();
+}
 } // namespace detail
 
 Expected<Method> parseMethod(std::string_view name) {

@@ -16,12 +16,6 @@ using namespace hsnn::test;
 
 namespace {
 
-#define REQUIRE_OK(expr)                                                                                     \
-  do {                                                                                                       \
-    hsnn::Error err_ = (expr);                                                                               \
-    INFO(err_.message());                                                                                    \
-    REQUIRE_FALSE(static_cast<bool>(err_));                                                                  \
-  } while (0)
 
 // Says why a JIT test cannot run here, or "" when it can.
 std::string jitSkipReason() {

@@ -3,15 +3,11 @@
 #include "hsnn/Layer.h"
 
 #include <cmath>
+#include "TestUtil.h"
+
 #include <doctest/doctest.h>
 
-// Errors are values: check one and show its message when it is set.
-#define REQUIRE_OK(expr)                                                                                     \
-  do {                                                                                                       \
-    hsnn::Error err_ = (expr);                                                                               \
-    INFO(err_.message());                                                                                    \
-    REQUIRE_FALSE(static_cast<bool>(err_));                                                                  \
-  } while (0)
+
 #include <random>
 
 using namespace hsnn;

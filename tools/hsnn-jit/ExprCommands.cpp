@@ -167,6 +167,18 @@ int withFormula(std::string_view command, const char *help, std::span<const std:
   return Ok;
 }
 
+// Parses the command's formula, timing it; on failure prints the diagnostic.
+std::optional<Formula> parseOrReport(ExprContext &ctx, const Options &o, double &parseMs) {
+  auto t0 = Clock::now();
+  auto r = parseAnyMode(ctx, *o.formula, o.mode);
+  parseMs = msSince(t0);
+  if (auto *d = std::get_if<Diagnostic>(&r)) {
+    fmt::print(stderr, "{}\n", d->render());
+    return std::nullopt;
+  }
+  return std::get<Formula>(std::move(r));
+}
+
 } // namespace
 
 int runParse(std::span<const std::string_view> args) {
@@ -174,14 +186,11 @@ int runParse(std::span<const std::string_view> args) {
   if (int code = withFormula("parse", kParseHelp, args, false, o))
     return code < 0 ? Ok : code;
   ExprContext ctx;
-  auto t0 = Clock::now();
-  auto r = parseAnyMode(ctx, *o.formula, o.mode);
-  double parseMs = msSince(t0);
-  if (auto *d = std::get_if<Diagnostic>(&r)) {
-    fmt::print(stderr, "{}\n", d->render());
+  double parseMs = 0;
+  auto parsed = parseOrReport(ctx, o, parseMs);
+  if (!parsed)
     return BadInput;
-  }
-  const Formula &f = std::get<Formula>(r);
+  const Formula &f = *parsed;
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms\n", parseMs);
   if (o.json) {
@@ -211,14 +220,11 @@ int runDiff(std::span<const std::string_view> args) {
   if (int code = withFormula("diff", kDiffHelp, args, false, o))
     return code < 0 ? Ok : code;
   ExprContext ctx;
-  auto t0 = Clock::now();
-  auto r = parseAnyMode(ctx, *o.formula, o.mode);
-  double parseMs = msSince(t0);
-  if (auto *d = std::get_if<Diagnostic>(&r)) {
-    fmt::print(stderr, "{}\n", d->render());
+  double parseMs = 0;
+  auto parsed = parseOrReport(ctx, o, parseMs);
+  if (!parsed)
     return BadInput;
-  }
-  const Formula &f = std::get<Formula>(r);
+  const Formula &f = *parsed;
   Variable v = f.mode == FormulaMode::Loss ? Variable::YPred : Variable::Num;
   auto t1 = Clock::now();
   std::string derivative = print(differentiate(ctx, f.expr, v));
