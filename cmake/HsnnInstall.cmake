@@ -15,6 +15,8 @@ install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# An installed hsnn-jit finds a shared libhsnn next to it.
+set_target_properties(hsnn-jit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS hsnn-jit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/hsnn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT hsnnTargets NAMESPACE hsnn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hsnn)
