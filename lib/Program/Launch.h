@@ -35,6 +35,63 @@ template <class Body> void forBlocks(size_t tasks, size_t elementsPerTask, Body 
   });
 }
 
+/// dst[c * dstStride + r] = src[r * srcStride + c] for r < rows, c < cols:
+/// square blocks are transposed in registers (8x8 floats or 4x4 doubles as
+/// 32-byte vectors), the edges element by element.
+template <class T>
+void transposeTile(const T *src, size_t srcStride, T *dst, size_t dstStride, size_t rows, size_t cols) {
+  constexpr size_t B = 32 / sizeof(T);
+  typedef T Vec __attribute__((vector_size(32)));
+  size_t rb = rows - rows % B, cb = cols - cols % B;
+  for (size_t r = 0; r < rb; r += B)
+    for (size_t c = 0; c < cb; c += B) {
+      Vec v[B];
+      for (size_t i = 0; i < B; ++i)
+        __builtin_memcpy(&v[i], src + (r + i) * srcStride + c, 32);
+      if constexpr (B == 8) {
+        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 4, 12, 5, 13);
+        Vec t1 = __builtin_shufflevector(v[0], v[1], 2, 10, 3, 11, 6, 14, 7, 15);
+        Vec t2 = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 4, 12, 5, 13);
+        Vec t3 = __builtin_shufflevector(v[2], v[3], 2, 10, 3, 11, 6, 14, 7, 15);
+        Vec t4 = __builtin_shufflevector(v[4], v[5], 0, 8, 1, 9, 4, 12, 5, 13);
+        Vec t5 = __builtin_shufflevector(v[4], v[5], 2, 10, 3, 11, 6, 14, 7, 15);
+        Vec t6 = __builtin_shufflevector(v[6], v[7], 0, 8, 1, 9, 4, 12, 5, 13);
+        Vec t7 = __builtin_shufflevector(v[6], v[7], 2, 10, 3, 11, 6, 14, 7, 15);
+        Vec u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+        Vec u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+        Vec u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+        Vec u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+        Vec u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
+        Vec u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+        Vec u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
+        Vec u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+        v[0] = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
+        v[4] = __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
+        v[1] = __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
+        v[5] = __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
+        v[2] = __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
+        v[6] = __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
+        v[3] = __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
+        v[7] = __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
+      } else {
+        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 4, 2, 6);
+        Vec t1 = __builtin_shufflevector(v[0], v[1], 1, 5, 3, 7);
+        Vec t2 = __builtin_shufflevector(v[2], v[3], 0, 4, 2, 6);
+        Vec t3 = __builtin_shufflevector(v[2], v[3], 1, 5, 3, 7);
+        v[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+        v[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+        v[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+        v[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+      }
+      for (size_t i = 0; i < B; ++i)
+        __builtin_memcpy(dst + (c + i) * dstStride + r, &v[i], 32);
+    }
+  // Edges: the rows past the last full block, and the columns past it.
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = r < rb ? cb : 0; c < cols; ++c)
+      dst[c * dstStride + r] = src[r * srcStride + c];
+}
+
 template <class T> struct ColumnScratch {
   std::vector<T> buf;
 };
@@ -68,30 +125,16 @@ void launchActivation(Layout layout, size_t nodes, size_t batch, const T *z, con
     size_t r0 = t * block, len = std::min(block, batch - r0);
     for (size_t n0 = 0; n0 < nodes; n0 += kColumns) {
       size_t w = std::min(kColumns, nodes - n0);
-      for (size_t r = 0; r < len; ++r) {
-        const T *row = z + (r0 + r) * nodes + n0;
-        for (size_t c = 0; c < w; ++c)
-          zc[c * block + r] = row[c];
-      }
+      // rows (stride `nodes`) -> columns (stride `block`)
+      transposeTile<T>(z + r0 * nodes + n0, nodes, zc, block, len, w);
       if (err)
-        for (size_t r = 0; r < len; ++r) {
-          const T *row = err + (r0 + r) * nodes + n0;
-          for (size_t c = 0; c < w; ++c)
-            ec[c * block + r] = row[c];
-        }
+        transposeTile<T>(err + r0 * nodes + n0, nodes, ec, block, len, w);
       for (size_t c = 0; c < w; ++c)
         run(n0 + c, zc + c * block, err ? ec + c * block : nullptr, o0 + c * block, out1 ? o1 + c * block : nullptr, len);
-      for (size_t r = 0; r < len; ++r) {
-        T *row = out0 + (r0 + r) * nodes + n0;
-        for (size_t c = 0; c < w; ++c)
-          row[c] = o0[c * block + r];
-      }
+      // columns -> rows
+      transposeTile<T>(o0, block, out0 + r0 * nodes + n0, nodes, w, len);
       if (out1)
-        for (size_t r = 0; r < len; ++r) {
-          T *row = out1 + (r0 + r) * nodes + n0;
-          for (size_t c = 0; c < w; ++c)
-            row[c] = o1[c * block + r];
-        }
+        transposeTile<T>(o1, block, out1 + r0 * nodes + n0, nodes, w, len);
     }
   });
 }
