@@ -36,55 +36,39 @@ template <class Body> void forBlocks(size_t tasks, size_t elementsPerTask, Body 
 }
 
 /// dst[c * dstStride + r] = src[r * srcStride + c] for r < rows, c < cols:
-/// square blocks are transposed in registers (8x8 floats or 4x4 doubles as
-/// 32-byte vectors), the edges element by element.
+/// square blocks are transposed in 16-byte registers (4x4 floats or 2x2
+/// doubles, which every x86-64 has), the edges element by element.
+/// `streamDst` walks the destination's rows in order (writing main memory
+/// sequentially); otherwise the source's (reading it sequentially).
 template <class T>
-void transposeTile(const T *src, size_t srcStride, T *dst, size_t dstStride, size_t rows, size_t cols) {
-  constexpr size_t B = 32 / sizeof(T);
-  typedef T Vec __attribute__((vector_size(32)));
+void transposeTile(const T *src, size_t srcStride, T *dst, size_t dstStride, size_t rows, size_t cols,
+                   bool streamDst = false) {
+  constexpr size_t B = 16 / sizeof(T);
+  typedef T Vec __attribute__((vector_size(16)));
   size_t rb = rows - rows % B, cb = cols - cols % B;
-  for (size_t r = 0; r < rb; r += B)
-    for (size_t c = 0; c < cb; c += B) {
+  size_t outer = streamDst ? cb : rb, inner = streamDst ? rb : cb;
+  for (size_t o = 0; o < outer; o += B)
+    for (size_t in = 0; in < inner; in += B) {
+      size_t r = streamDst ? in : o, c = streamDst ? o : in;
       Vec v[B];
       for (size_t i = 0; i < B; ++i)
-        __builtin_memcpy(&v[i], src + (r + i) * srcStride + c, 32);
-      if constexpr (B == 8) {
-        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 4, 12, 5, 13);
-        Vec t1 = __builtin_shufflevector(v[0], v[1], 2, 10, 3, 11, 6, 14, 7, 15);
-        Vec t2 = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 4, 12, 5, 13);
-        Vec t3 = __builtin_shufflevector(v[2], v[3], 2, 10, 3, 11, 6, 14, 7, 15);
-        Vec t4 = __builtin_shufflevector(v[4], v[5], 0, 8, 1, 9, 4, 12, 5, 13);
-        Vec t5 = __builtin_shufflevector(v[4], v[5], 2, 10, 3, 11, 6, 14, 7, 15);
-        Vec t6 = __builtin_shufflevector(v[6], v[7], 0, 8, 1, 9, 4, 12, 5, 13);
-        Vec t7 = __builtin_shufflevector(v[6], v[7], 2, 10, 3, 11, 6, 14, 7, 15);
-        Vec u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
-        Vec u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
-        Vec u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
-        Vec u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
-        Vec u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
-        Vec u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
-        Vec u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
-        Vec u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
-        v[0] = __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11);
-        v[4] = __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15);
-        v[1] = __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11);
-        v[5] = __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15);
-        v[2] = __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11);
-        v[6] = __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15);
-        v[3] = __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11);
-        v[7] = __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15);
-      } else {
-        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 4, 2, 6);
-        Vec t1 = __builtin_shufflevector(v[0], v[1], 1, 5, 3, 7);
-        Vec t2 = __builtin_shufflevector(v[2], v[3], 0, 4, 2, 6);
-        Vec t3 = __builtin_shufflevector(v[2], v[3], 1, 5, 3, 7);
+        __builtin_memcpy(&v[i], src + (r + i) * srcStride + c, 16);
+      if constexpr (B == 4) {
+        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
+        Vec t1 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+        Vec t2 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
+        Vec t3 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
         v[0] = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-        v[2] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-        v[1] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+        v[1] = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+        v[2] = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
         v[3] = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+      } else {
+        Vec t0 = __builtin_shufflevector(v[0], v[1], 0, 2);
+        v[1] = __builtin_shufflevector(v[0], v[1], 1, 3);
+        v[0] = t0;
       }
       for (size_t i = 0; i < B; ++i)
-        __builtin_memcpy(dst + (c + i) * dstStride + r, &v[i], 32);
+        __builtin_memcpy(dst + (c + i) * dstStride + r, &v[i], 16);
     }
   // Edges: the rows past the last full block, and the columns past it.
   for (size_t r = 0; r < rows; ++r)
@@ -112,30 +96,27 @@ void launchActivation(Layout layout, size_t nodes, size_t batch, const T *z, con
     });
     return;
   }
-  // Batch-major: a task takes a tile of rows and moves it through the
-  // kernels kColumns nodes at a time: each row segment read or written is
-  // contiguous (whole cache lines), and each node's run is contiguous in
-  // the scratch buffer, so the kernels are the nodes-major ones.
-  constexpr size_t kColumns = 16;
+  // Batch-major: a task transposes a tile of `block` rows into a
+  // (nodes x rows) scratch, runs the nodes-major kernels on it and
+  // transposes back. Reading and writing whole rows keeps the memory streams
+  // sequential; the scratch stays in L2.
   size_t rowBlocks = (batch + block - 1) / block;
   forBlocks(rowBlocks, std::min(batch, block) * nodes, [&](size_t t) {
     thread_local ColumnScratch<T> scratch;
-    scratch.buf.resize(4 * kColumns * block);
-    T *zc = scratch.buf.data(), *ec = zc + kColumns * block, *o0 = ec + kColumns * block, *o1 = o0 + kColumns * block;
+    // A scratch row stride that is not a multiple of 4 KiB: power-of-two
+    // strides make loads and stores alias in the store buffer.
+    size_t ld = block + 64 / sizeof(T), plane = nodes * ld;
+    scratch.buf.resize(4 * plane);
+    T *zc = scratch.buf.data(), *ec = zc + plane, *o0 = ec + plane, *o1 = o0 + plane;
     size_t r0 = t * block, len = std::min(block, batch - r0);
-    for (size_t n0 = 0; n0 < nodes; n0 += kColumns) {
-      size_t w = std::min(kColumns, nodes - n0);
-      // rows (stride `nodes`) -> columns (stride `block`)
-      transposeTile<T>(z + r0 * nodes + n0, nodes, zc, block, len, w);
-      if (err)
-        transposeTile<T>(err + r0 * nodes + n0, nodes, ec, block, len, w);
-      for (size_t c = 0; c < w; ++c)
-        run(n0 + c, zc + c * block, err ? ec + c * block : nullptr, o0 + c * block, out1 ? o1 + c * block : nullptr, len);
-      // columns -> rows
-      transposeTile<T>(o0, block, out0 + r0 * nodes + n0, nodes, w, len);
-      if (out1)
-        transposeTile<T>(o1, block, out1 + r0 * nodes + n0, nodes, w, len);
-    }
+    transposeTile<T>(z + r0 * nodes, nodes, zc, ld, len, nodes);
+    if (err)
+      transposeTile<T>(err + r0 * nodes, nodes, ec, ld, len, nodes);
+    for (size_t n = 0; n < nodes; ++n)
+      run(n, zc + n * ld, err ? ec + n * ld : nullptr, o0 + n * ld, out1 ? o1 + n * ld : nullptr, len);
+    transposeTile<T>(o0, ld, out0 + r0 * nodes, nodes, nodes, len, /*streamDst=*/true);
+    if (out1)
+      transposeTile<T>(o1, ld, out1 + r0 * nodes, nodes, nodes, len, /*streamDst=*/true);
   });
 }
 
