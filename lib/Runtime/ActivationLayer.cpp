@@ -14,8 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <array>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <fmt/format.h>
 #include <unordered_map>
 
@@ -49,40 +51,79 @@ struct ActivationLayer::Impl {
   CompileInfo info;
   RunGuard guard;
   ActivationPlan plans[3];
-  std::shared_ptr<detail::KernelLibrary> kernels; // JIT code, alive with the layer
-  std::vector<void *> nodeKernel[3];              // per kind, per node
+  // JIT code, alive with the layer. Forward and backward kernels are built
+  // by compile(); fused ones at the first fused() call (they are the
+  // largest, and many users never call them).
+  bool jit = false;
+  std::vector<std::shared_ptr<detail::KernelLibrary>> libraries;
+  std::vector<void *> nodeKernel[3]; // per kind, per node
+  std::vector<uint32_t> unitOf;      // node -> code unit
+  std::vector<std::array<const Program *, 3>> unitPrograms;
+  std::deque<Program> baked;
+  mutable std::once_flag fusedOnce;
+  mutable Error fusedError;
+  mutable bool fusedCompiled = false;
 
-  Error compileKernels() {
-    // One kernel set per distinct formula; with baked constants, per
-    // distinct (formula, constant values).
-    std::vector<uint32_t> codeOf(nodeGroup.size());
-    std::vector<const Program *> sources; // 3 per code unit
-    std::deque<Program> baked;
-    std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> unitOf;
+  // One code unit per distinct formula; with baked constants, per distinct
+  // (formula, constant values).
+  void planUnits() {
+    std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> index;
     for (size_t n = 0; n < nodeGroup.size(); ++n) {
       uint32_t g = nodeGroup[n];
       std::vector<double> values;
       if (options.bakeConstants)
         values.assign(params.begin() + offsets[n], params.begin() + offsets[n] + groups[g].formula.constants.size());
-      auto [it, fresh] = unitOf.try_emplace({g, values}, uint32_t(sources.size() / 3));
-      if (fresh)
+      auto [it, fresh] = index.try_emplace({g, values}, uint32_t(unitPrograms.size()));
+      if (fresh) {
+        std::array<const Program *, 3> progs;
         for (size_t k = 0; k < 3; ++k)
-          sources.push_back(options.bakeConstants ? &baked.emplace_back(groups[g].programs[k].withConstants(values.data()))
-                                                  : &groups[g].programs[k]);
-      codeOf[n] = it->second;
+          progs[k] = options.bakeConstants ? &baked.emplace_back(groups[g].programs[k].withConstants(values.data()))
+                                           : &groups[g].programs[k];
+        unitPrograms.push_back(progs);
+      }
+      unitOf.push_back(it->second);
     }
+  }
+
+  Error compileKinds(std::initializer_list<ActivationKernel> kinds, CompileInfo &stats) {
     std::vector<detail::KernelRequest> requests;
-    for (size_t i = 0; i < sources.size(); ++i)
-      requests.push_back({fmt::format("hsnn_layer_u{}_{}", i / 3, detail::shapeName(KernelShape(i % 3))), sources[i],
-                          KernelShape(i % 3), options.dtype});
-    auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, info);
+    for (ActivationKernel kind : kinds)
+      for (size_t u = 0; u < unitPrograms.size(); ++u)
+        requests.push_back({fmt::format("hsnn_layer_u{}_{}", u, detail::shapeName(KernelShape(kind))),
+                            unitPrograms[u][size_t(kind)], KernelShape(kind), options.dtype});
+    auto lib = detail::buildHostKernels(requests, {options.optLevel, options.fastMath}, stats);
     if (!lib)
       return lib.takeError();
-    kernels = std::move(*lib);
-    for (size_t k = 0; k < 3; ++k)
+    size_t i = 0;
+    for (ActivationKernel kind : kinds) {
       for (size_t n = 0; n < nodeGroup.size(); ++n)
-        nodeKernel[k].push_back(kernels->address(requests[codeOf[n] * 3 + k].symbol));
+        nodeKernel[size_t(kind)].push_back((*lib)->address(requests[i + unitOf[n]].symbol));
+      i += unitPrograms.size();
+    }
+    libraries.push_back(std::move(*lib));
     return Error::success();
+  }
+
+  Error compileKernels() {
+    planUnits();
+    if (Error e = compileKinds({ActivationKernel::Forward, ActivationKernel::Backward}, info))
+      return e;
+    jit = true;
+    return Error::success();
+  }
+
+  // The fused kernels, built once on first use; a failure follows the
+  // fallback policy (interpreter with a warning, or an error when strict).
+  Error ensureFused() const {
+    std::call_once(fusedOnce, [this] {
+      auto *self = const_cast<Impl *>(this);
+      CompileInfo lazy;
+      if (Error e = self->compileKinds({ActivationKernel::Fused}, lazy))
+        fusedError = detail::jitFailed(e);
+      else
+        fusedCompiled = true;
+    });
+    return fusedError;
   }
 
   template <class T>
@@ -105,7 +146,10 @@ struct ActivationLayer::Impl {
       return e;
     if (batch && (!z || !out0 || (kind == ActivationKernel::Backward && !err) || (kind == ActivationKernel::Fused && !out1)))
       return Error(ErrorCode::InvalidArgument, "null array pointer with a non-empty batch");
-    if (kernels)
+    if (jit && kind == ActivationKernel::Fused)
+      if (Error e = ensureFused())
+        return e;
+    if (jit && (kind != ActivationKernel::Fused || fusedCompiled))
       return guard.run([&] { runJit<T>(kind, z, err, out0, out1, batch); });
     return guard.run([&] { detail::interpretActivation<T>(plans[size_t(kind)], kind, z, err, out0, out1, batch); });
   }
@@ -236,7 +280,7 @@ Error ActivationLayer::setConstant(size_t node, std::string_view name, double va
   auto index = impl_->constantIndex(node, name);
   if (!index)
     return index.takeError();
-  if (impl_->kernels && impl_->options.bakeConstants)
+  if (impl_->jit && impl_->options.bakeConstants)
     return Error(ErrorCode::InvalidArgument,
                  "constants are baked into this layer's code (bakeConstants); compile a new layer to change them");
   if (!std::isfinite(value))

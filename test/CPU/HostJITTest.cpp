@@ -250,6 +250,32 @@ TEST_CASE("compiling and running from 8 threads at once is safe") {
   CHECK(failures == 0);
 }
 
+TEST_CASE("fused kernels build once at first use, also when threads race for them") {
+  REQUIRE_JIT();
+  auto layer = ActivationLayer::compile({{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}}, {.method = Method::CpuJit});
+  REQUIRE(layer);
+  std::vector<float> z(2 * 500);
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = float(i % 500) / 100 - 2.5f;
+  std::vector<float> fwd(z.size());
+  REQUIRE_OK(layer->forward(z.data(), fwd.data(), 500));
+  std::vector<std::vector<float>> a(4, std::vector<float>(z.size())), d = a;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      if (layer->fused(z.data(), a[t].data(), d[t].data(), 500))
+        ++failures;
+    });
+  for (auto &th : threads)
+    th.join();
+  CHECK(failures == 0);
+  for (int t = 0; t < 4; ++t) {
+    CHECK(a[t] == fwd);
+    CHECK(d[t] == d[0]);
+  }
+}
+
 TEST_CASE("compile timings are reported") {
   REQUIRE_JIT();
   RuntimeFlags noCache = runtimeFlags();

@@ -408,7 +408,7 @@ int runBench(std::span<const std::string_view> args) {
     fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
                r.streamMs, r.xLimit);
   if (compile.ran)
-    fmt::print("compile (W1 layer, 256 nodes, forward+backward+fused): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "
+    fmt::print("compile (W1 layer, 256 nodes, forward+backward; fused kernels build at first use): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "
                "codegen {:.2f}); cache hit in a fresh process {:.2f} ms (+ {:.1f} ms process start); interpreter W1 "
                "forward {:.2f} ms\n",
                compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
