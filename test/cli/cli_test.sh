@@ -72,7 +72,11 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   expect compile-bad-repeat 1 "hsnn-jit compile: error: $dir/repeat.json: nodes[0]: \"repeat\" must be an integer from 1 to 1048576" -- compile "$dir/repeat.json" --emit obj
   expect compile-bad-name 1 "layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
   expect compile-no-emit 2 $'hsnn-jit compile: error: --emit is required (obj, asm, llvm-ir or header)\nTry \'hsnn-jit compile --help\'.' -- compile "$dir/good.json"
-  expect compile-cubin 1 'hsnn-jit compile: error: --emit cubin needs ptxas or the CUDA driver; emit ptx and run `ptxas -arch=sm_80 NAME.ptx -o NAME.cubin`' -- compile "$dir/good.json" --emit cubin
+  HSNN_PTXAS=/nonexistent/ptxas expect compile-cubin-no-ptxas 1 'hsnn-jit compile: error: /nonexistent/ptxas failed (exit status 127)' -- compile "$dir/good.json" --emit cubin -o "$dir/x.cubin"
+  if [ -x /usr/local/cuda/bin/ptxas ]; then
+    expect compile-cubin 0 '' -- compile "$dir/good.json" --emit cubin --gpu-arch sm_90 -o "$dir/good.cubin"
+    [ -s "$dir/good.cubin" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL cubin written"; }
+  fi
   expect compile-obj 0 '' -- compile "$dir/good.json" --emit obj -o "$dir/good.o"
   expect compile-header 0 '' -- compile "$dir/good.json" --emit header -o "$dir/good.h"
   expect compile-ir 0 '' -- compile "$dir/loss.json" --emit llvm-ir -o "$dir/hub.ll"

@@ -8,6 +8,10 @@
 #include <llvm/Support/MemoryBuffer.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <fmt/format.h>
 #include <fstream>
 #include <optional>
@@ -16,7 +20,7 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kCompileHelp =
-    R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx [-o OUT]
+    R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx|cubin [-o OUT]
                         [--target TRIPLE] [--cpu NAME] [--gpu-arch sm_XY]
                         [--bake-constants] [-O0|-O1|-O2|-O3] [-v]
 
@@ -28,7 +32,7 @@ Compiles a layer or loss described in SPEC.json ahead of time:
    "constants": {"delta": 0.5}, "reduction": "mean"}
 obj + header give C entry points that need no LLVM, TBB or hsnn at link time
 (link with -lmvec -lm); see the header for the ABI. ptx: GPU kernels for
---gpu-arch (default sm_80), no GPU needed. OUT defaults to NAME.o, NAME.s,
+--gpu-arch (default sm_80), no GPU needed; cubin runs ptxas on it. OUT defaults to NAME.o, NAME.s,
 NAME.ll, NAME.h or NAME.ptx. --cpu defaults to this machine's CPU.
 )";
 
@@ -141,6 +145,32 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
   return s;
 }
 
+std::string findPtxas() {
+  if (const char *p = std::getenv("HSNN_PTXAS"); p && *p)
+    return p;
+  for (const char *p : {"/usr/local/cuda/bin/ptxas", "/usr/bin/ptxas"})
+    if (::access(p, X_OK) == 0)
+      return p;
+  return "";
+}
+
+// Runs argv[0] with the arguments, without a shell; returns its exit status.
+int runProgram(const std::vector<std::string> &argv) {
+  std::vector<char *> args;
+  for (const std::string &a : argv)
+    args.push_back(const_cast<char *>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) < 0)
+    return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 } // namespace
 
 int runCompile(std::span<const std::string_view> args) {
@@ -190,13 +220,17 @@ int runCompile(std::span<const std::string_view> args) {
     return usageError("compile", "no spec file given");
   if (!emit)
     return usageError("compile", "--emit is required (obj, asm, llvm-ir or header)");
+  std::string ptxas;
   if (*emit == "cubin") {
-    fmt::print(stderr, "hsnn-jit compile: error: --emit cubin needs ptxas or the CUDA driver; emit ptx and run "
-                       "`ptxas -arch={} NAME.ptx -o NAME.cubin`\n", gpuArch);
-    return BadInput;
+    ptxas = findPtxas();
+    if (ptxas.empty()) {
+      fmt::print(stderr, "hsnn-jit compile: error: --emit cubin needs ptxas (set HSNN_PTXAS, or install the CUDA "
+                         "toolkit at /usr/local/cuda); --emit ptx works without it\n");
+      return BadInput;
+    }
   }
-  if (*emit != "obj" && *emit != "asm" && *emit != "llvm-ir" && *emit != "header" && *emit != "ptx")
-    return usageError("compile", fmt::format("--emit takes obj, asm, llvm-ir, header or ptx, not '{}'", *emit));
+  if (*emit != "obj" && *emit != "asm" && *emit != "llvm-ir" && *emit != "header" && *emit != "ptx" && *emit != "cubin")
+    return usageError("compile", fmt::format("--emit takes obj, asm, llvm-ir, header, ptx or cubin, not '{}'", *emit));
   o.output = *emit == "asm" ? AotOutput::Assembly : *emit == "llvm-ir" ? AotOutput::LLVMIR : AotOutput::Object;
 
   auto t0 = std::chrono::steady_clock::now();
@@ -207,7 +241,7 @@ int runCompile(std::span<const std::string_view> args) {
     return BadInput;
   }
   Spec &s = std::get<Spec>(spec);
-  if (*emit == "ptx") {
+  if (*emit == "ptx" || *emit == "cubin") {
     auto ptx = s.mode == FormulaMode::Loss ? compileLossPtx(s.name, s.formula, s.constants, s.dtype, gpuArch, o.optLevel)
                                            : compileLayerPtx(s.name, s.nodes, s.dtype, gpuArch, o.optLevel);
     if (!ptx) {
@@ -216,12 +250,24 @@ int runCompile(std::span<const std::string_view> args) {
     }
     if (verbose)
       fmt::print(stderr, "read spec, parse, differentiate, emit, optimise and generate PTX: {:.2f} ms\n", elapsed());
-    std::string path = out.value_or(s.name + ".ptx");
-    std::ofstream f(path);
-    f << *ptx;
-    if (!f.good()) {
-      fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
-      return BadInput;
+    std::string path = *emit == "ptx" ? out.value_or(s.name + ".ptx") : out.value_or(s.name + ".cubin") + ".ptx";
+    {
+      std::ofstream f(path);
+      f << *ptx;
+      if (!f.good()) {
+        fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
+        return BadInput;
+      }
+    }
+    if (*emit == "cubin") {
+      // The PTX goes through ptxas as an argument list, never a shell.
+      std::string cubin = out.value_or(s.name + ".cubin");
+      int status = runProgram({ptxas, "-arch=" + gpuArch, path, "-o", cubin});
+      std::remove(path.c_str());
+      if (status != 0) {
+        fmt::print(stderr, "hsnn-jit compile: error: {} failed (exit status {})\n", ptxas, status);
+        return BadInput;
+      }
     }
     return Ok;
   }
