@@ -47,10 +47,16 @@ struct Target {
 Expected<Target> makeTarget(const AotOptions &o) {
   static std::once_flag once;
   std::call_once(once, [] {
+#if HSNN_AOT_ALL_TARGETS
     llvm::InitializeAllTargetInfos();
     llvm::InitializeAllTargets();
     llvm::InitializeAllTargetMCs();
     llvm::InitializeAllAsmPrinters();
+#else
+    // A statically linked build carries the host's backend only.
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+#endif
   });
   std::string host = llvm::sys::getDefaultTargetTriple();
   std::string triple = o.triple.empty() ? host : o.triple;
@@ -83,6 +89,8 @@ Expected<Target> makeTarget(const AotOptions &o) {
     if (lib.isValid()) {
       auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
       t.emit.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
+      if (has("avx512f"))
+        t.emit.preferVectorWidth = 512;
       t.emit.hasVectorVariant = [lib](const std::string &name) mutable { return lib.getAddressOfSymbol(name.c_str()) != nullptr; };
     }
   }

@@ -95,6 +95,8 @@ public:
     self->libmvec_ = llvm::sys::DynamicLibrary::getPermanentLibrary(kLibmvec, &err);
     if (self->libmvec_.isValid()) {
       self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
+      if (has("avx512f"))
+        self->emit_.preferVectorWidth = 512;
       auto lib = self->libmvec_;
       self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {
         return lib.getAddressOfSymbol(name.c_str()) != nullptr;

@@ -31,6 +31,8 @@ struct EmitOptions {
   bool fastMath = false;
   /// Loop interleave count for the vectorizer; 0 lets LLVM choose.
   int interleave = 0;
+  /// Widest vector the vectorizer should prefer, in bits; 0: the target's default.
+  unsigned preferVectorWidth = 0;
   /// NVPTX kernels: grid-stride loops, libdevice math (__nv_*), GPU loss
   /// kernels write per-thread partial sums (see KernelSpec.h).
   bool gpu = false;

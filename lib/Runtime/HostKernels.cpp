@@ -23,7 +23,8 @@ constexpr size_t kMaxChunks = 4, kMinPerChunk = 3;
 // options, and the target, compiler and hsnn versions.
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
-  k.add("format", "hsnn-host-object-1")
+  // Bump the format whenever the emitter or pipeline changes the code it makes.
+  k.add("format", "hsnn-host-object-2")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
