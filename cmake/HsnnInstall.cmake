@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_hsnn_targets hsnn hsnn_llvm)
+set(_hsnn_targets hsnn hsnn_llvm hsnn_fmt)
 if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
   list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnKernelSpec hsnnCPU hsnnCUDADriver)
