@@ -42,7 +42,13 @@ Expected<const CudaDriver *> CudaDriver::get() {
               resolve(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && resolve(lib, "cuDeviceGet", d.cuDeviceGet) &&
               resolve(lib, "cuDeviceGetName", d.cuDeviceGetName) &&
               resolve(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute) &&
-              resolve(lib, "cuDeviceTotalMem_v2", d.cuDeviceTotalMem) && resolve(lib, "cuGetErrorString", d.cuGetErrorString);
+              resolve(lib, "cuDeviceTotalMem_v2", d.cuDeviceTotalMem) && resolve(lib, "cuGetErrorString", d.cuGetErrorString) &&
+              resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain) &&
+              resolve(lib, "cuDevicePrimaryCtxRelease_v2", d.cuDevicePrimaryCtxRelease) &&
+              resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent) && resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize) &&
+              resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc) && resolve(lib, "cuMemFree_v2", d.cuMemFree) &&
+              resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
+              resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo);
     if (!ok) {
       failure = Error(ErrorCode::Unsupported, fmt::format("driver too old: {} lacks a required entry point", name));
       return;

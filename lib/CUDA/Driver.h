@@ -17,6 +17,9 @@ namespace hsnn::detail {
 
 using CUresult = int;
 using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st *;
+using CUstream = struct CUstream_st *;
 
 struct GpuDevice {
   int ordinal = 0;
@@ -36,6 +39,16 @@ struct CudaDriver {
   CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice) = nullptr;
   CUresult (*cuDeviceTotalMem)(size_t *, CUdevice) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+  // Memory and contexts (the _v2 symbols cuda.h's macros name).
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxSynchronize)() = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr;
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemGetInfo)(size_t *, size_t *) = nullptr;
 
   int driverVersion = 0; ///< e.g. 13000 for CUDA 13.0
   std::vector<GpuDevice> devices;

@@ -3,12 +3,16 @@
 
 #include "hsnn/Runtime.h"
 
+#include "CUDA/CudaBackend.h"
+
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 
 namespace hsnn {
 namespace {
@@ -84,7 +88,7 @@ private:
 
 Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec) {
   const RuntimeInfo &info = runtimeInfo();
-  if (spec == "cpu" || (spec == "auto" && !info.gpuEnabled)) {
+  if (spec == "cpu" || (spec == "auto" && info.numGpus == 0)) {
     static auto cpu = std::make_shared<CpuBackend>();
     return std::shared_ptr<Backend>(cpu);
   }
@@ -96,12 +100,23 @@ Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec) {
       if (ec != std::errc() || p != n.data() + n.size() || device < 0)
         return Error(ErrorCode::InvalidArgument, fmt::format("bad backend '{}': expected cuda:N with N a device number", spec));
     }
-    if (!info.gpuEnabled)
+    // The backend (device memory) works wherever the driver finds a device,
+    // even while the cuda *method* cannot run layers yet.
+    if (info.numGpus == 0)
       return Error(ErrorCode::Unsupported, fmt::format("backend '{}' is unavailable: {}", spec, info.gpuUnavailableReason));
     if (device >= info.numGpus)
       return Error(ErrorCode::InvalidArgument,
                    fmt::format("backend '{}': device {} does not exist; valid devices are 0..{}", spec, device, info.numGpus - 1));
-    return Error(ErrorCode::Unsupported, "the CUDA backend is not built yet");
+    static std::mutex mutex;
+    static std::map<int, std::shared_ptr<Backend>> backends; // one primary context per device
+    std::lock_guard lock(mutex);
+    if (auto it = backends.find(device); it != backends.end())
+      return it->second;
+    auto backend = detail::makeCudaBackend(device);
+    if (!backend)
+      return backend.takeError();
+    backends[device] = *backend;
+    return std::move(*backend);
   }
   return Error(ErrorCode::InvalidArgument, fmt::format("unknown backend '{}'; use auto, cpu, cuda or cuda:N", spec));
 }

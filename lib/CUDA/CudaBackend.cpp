@@ -1,0 +1,123 @@
+//===- lib/CUDA/CudaBackend.cpp - Device memory on an NVIDIA GPU ----------===//
+//
+// One primary context per device, retained for the backend's lifetime and
+// made current on the calling thread before each driver call (driver state
+// is per thread). Synchronous copies; kernels are not launched from here.
+// Not yet exercised on a GPU: no device was available when it was written.
+//===----------------------------------------------------------------------===//
+#include "CudaBackend.h"
+
+#include "Driver.h"
+
+#include <fmt/format.h>
+#include <limits>
+
+namespace hsnn::detail {
+namespace {
+
+class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
+public:
+  CudaBackend(const CudaDriver &d, const GpuDevice &dev, CUcontext ctx) : d_(d), dev_(dev), ctx_(ctx) {}
+  ~CudaBackend() override { d_.cuDevicePrimaryCtxRelease(dev_.ordinal); }
+
+  std::string name() const override { return fmt::format("cuda:{}", dev_.ordinal); }
+  bool isAvailable() const override { return true; }
+
+  Expected<DeviceBuffer> allocate(size_t count, DType dtype) override {
+    size_t es = dtype == DType::F32 ? 4 : 8;
+    if (count > std::numeric_limits<size_t>::max() / es)
+      return Error(ErrorCode::InvalidArgument, fmt::format("{} elements overflow the address space", count));
+    if (Error e = current())
+      return e;
+    CUdeviceptr p = 0;
+    if (CUresult r = d_.cuMemAlloc(&p, count ? count * es : es))
+      return fail("cuMemAlloc", r);
+    // The buffer keeps the backend (and so the context) alive.
+    auto self = shared_from_this();
+    std::shared_ptr<void> data(reinterpret_cast<void *>(p), [self](void *q) {
+      if (!self->current())
+        self->d_.cuMemFree(reinterpret_cast<CUdeviceptr>(q));
+    });
+    return DeviceBuffer(std::move(data), count * es, name());
+  }
+
+  Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset) override {
+    if (Error e = check(dst, host, bytes, offset))
+      return e;
+    if (CUresult r = d_.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst.data()) + offset, host, bytes))
+      return fail("cuMemcpyHtoD", r);
+    return Error::success();
+  }
+
+  Error toHost(void *host, const DeviceBuffer &src, size_t bytes, size_t offset) override {
+    if (Error e = check(src, host, bytes, offset))
+      return e;
+    if (CUresult r = d_.cuMemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(src.data()) + offset, bytes))
+      return fail("cuMemcpyDtoH", r);
+    return Error::success();
+  }
+
+  Error synchronize() override {
+    if (Error e = current())
+      return e;
+    if (CUresult r = d_.cuCtxSynchronize())
+      return fail("cuCtxSynchronize", r);
+    return Error::success();
+  }
+
+  Expected<MemoryInfo> memoryInfo() const override {
+    if (Error e = current())
+      return e;
+    MemoryInfo m;
+    if (CUresult r = d_.cuMemGetInfo(&m.free, &m.total))
+      return fail("cuMemGetInfo", r);
+    return m;
+  }
+
+  bool supportsFeature(std::string_view f) const override {
+    return f == "async" || f == "streams" || f == "shared_memory";
+  }
+
+private:
+  Error current() const {
+    if (CUresult r = d_.cuCtxSetCurrent(ctx_))
+      return fail("cuCtxSetCurrent", r);
+    return Error::success();
+  }
+  Error fail(const char *what, CUresult r) const {
+    return Error(ErrorCode::Unsupported, fmt::format("{} on {} failed: {}", what, name(), d_.errorString(r)));
+  }
+  Error check(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const {
+    if (buf.backend() != name())
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not {}", buf.backend(), name()));
+    if (bytes && !host)
+      return Error(ErrorCode::InvalidArgument, "null host pointer");
+    if (offset > buf.bytes() || bytes > buf.bytes() - offset)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
+    return current();
+  }
+
+  const CudaDriver &d_;
+  GpuDevice dev_;
+  CUcontext ctx_;
+};
+
+} // namespace
+
+Expected<std::shared_ptr<Backend>> makeCudaBackend(int ordinal) {
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.error();
+  const auto &devices = (*driver)->devices;
+  if (ordinal < 0 || size_t(ordinal) >= devices.size())
+    return Error(ErrorCode::InvalidArgument, fmt::format("device {} does not exist; valid devices are 0..{}", ordinal,
+                                                         int(devices.size()) - 1));
+  CUcontext ctx = nullptr;
+  if (CUresult r = (*driver)->cuDevicePrimaryCtxRetain(&ctx, devices[size_t(ordinal)].ordinal))
+    return Error(ErrorCode::Unsupported, fmt::format("cuDevicePrimaryCtxRetain on cuda:{} failed: {}", ordinal,
+                                                     (*driver)->errorString(r)));
+  return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(**driver, devices[size_t(ordinal)], ctx));
+}
+
+} // namespace hsnn::detail
