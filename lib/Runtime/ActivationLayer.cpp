@@ -238,15 +238,10 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   }
   impl->info.diffMs = msSince(t1);
 
-  impl->info.method = Method::CpuInterp;
-  if (*method == Method::CpuJit) {
-    if (Error e = impl->compileKernels()) {
-      if (Error strict = detail::jitFailed(e))
-        return strict;
-    } else {
-      impl->info.method = Method::CpuJit;
-    }
-  }
+  auto used = detail::compileForMethod(*method, [&] { return impl->compileKernels(); });
+  if (!used)
+    return used.takeError();
+  impl->info.method = *used;
   return ActivationLayer(std::move(impl));
 }
 

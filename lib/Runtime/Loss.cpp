@@ -197,15 +197,10 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   impl->programs[size_t(LossKernel::Gradient)] = Program::lower({both + 1, 1}, names);
   impl->programs[size_t(LossKernel::Fused)] = Program::lower(both, names);
 
-  impl->info.method = Method::CpuInterp;
-  if (*method == Method::CpuJit) {
-    if (Error e = impl->compileKernels()) {
-      if (Error strict = detail::jitFailed(e))
-        return strict;
-    } else {
-      impl->info.method = Method::CpuJit;
-    }
-  }
+  auto used = detail::compileForMethod(*method, [&] { return impl->compileKernels(); });
+  if (!used)
+    return used.takeError();
+  impl->info.method = *used;
   return Loss(std::move(impl));
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "hsnn/Error.h"
+#include "hsnn/Layer.h"
 
 #include <string_view>
 
@@ -12,4 +13,17 @@ void warn(std::string_view message);
 /// Applies the fallback policy to a failed JIT compile: an Error in strict
 /// mode, else a warning (the caller keeps the interpreter) and success.
 Error jitFailed(const Error &failure);
+
+/// Runs `compile` when `method` is cpu_jit and applies the fallback policy:
+/// the method that will run, or the Error strict mode makes of a failure.
+template <class F> Expected<Method> compileForMethod(Method method, F &&compile) {
+  if (method != Method::CpuJit)
+    return Method::CpuInterp;
+  if (Error e = compile()) {
+    if (Error strict = jitFailed(e))
+      return strict;
+    return Method::CpuInterp;
+  }
+  return Method::CpuJit;
+}
 } // namespace hsnn::detail
