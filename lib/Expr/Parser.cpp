@@ -560,6 +560,14 @@ private:
         std::vector<Expr> v = numArgs();
         e = build(Op::Div, {build(Op::Log, {v[0]}, name.pos, name.len), build(Op::Log, {v[1]}, name.pos, name.len)},
                   name.pos, name.len);
+      } else if (op == Op::Heaviside && args.size() == 2) {
+        // SymPy's Heaviside(x, h0): the value at 0 is h0.
+        std::vector<Expr> v = numArgs();
+        Expr atZero = build(Op::Eq, {v[0], ctx_.number(0)}, name.pos, name.len);
+        e = build(Op::Piecewise, {v[1], atZero, build(Op::Heaviside, {v[0]}, name.pos, name.len)}, name.pos, name.len);
+      } else if (op == Op::Heaviside) {
+        arity(1, 2, "1 or 2 arguments");
+        e = build(op, numArgs(), name.pos, name.len);
       } else if (op == Op::Log) {
         arity(1, 2, "1 or 2 arguments");
         e = build(op, numArgs(), name.pos, name.len);

@@ -198,6 +198,9 @@ TEST_CASE("kinks have the documented derivatives") {
   CHECK(actDeriv("Abs(x)", 0) == 0);
   CHECK(act("Heaviside(x)", 0) == 0);
   CHECK(act("Heaviside(x)", 2) == 1);
+  CHECK(act("Heaviside(x, 0.5)", 0) == 0.5); // SymPy's second argument: the value at 0
+  CHECK(act("Heaviside(x, 0.5)", -1) == 0);
+  CHECK(act("Heaviside(x, 0.5)", 3) == 1);
   CHECK(actDeriv("Heaviside(x)", 0) == 0);
   CHECK(actDeriv("Heaviside(x)*x", 2) == 1); // the seed broke on this
   CHECK(actDeriv("sign(x)", 0) == 0);

@@ -46,6 +46,7 @@ TEST_CASE("every malformed formula is reported with its cause and column") {
       {"Max()", 1, "Max takes at least 1 argument, got 0"},
       {"log(x, 2, 3)", 1, "log takes 1 or 2 arguments, got 3"},
       {"relu(x, 1)", 1, "relu takes 1 argument, got 2"},
+      {"Heaviside(x, 1, 2)", 1, "Heaviside takes 1 or 2 arguments, got 3"},
       {"And(x > 0)", 1, "And takes at least 2 arguments, got 1"},
       {"x + num", 5, "formula uses both 'x' and 'num' for the variable; they are aliases, use one"},
       {"z*x", 3, "formula uses both 'z' and 'x' for the variable; they are aliases, use one"},
