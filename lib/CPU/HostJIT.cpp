@@ -80,6 +80,7 @@ public:
     auto has = [&](const char *f) { return std::find(feats.begin(), feats.end(), std::string("+") + f) != feats.end(); };
     t.capability = has("avx512f") ? "AVX512" : has("avx2") ? "AVX2" : "DEFAULT";
     t.llvmVersion = LLVM_VERSION_STRING;
+    t.vectorMath = "scalar";
     jtmb->setCPU(t.cpu);
     jtmb->addFeatures(feats);
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
@@ -97,6 +98,7 @@ public:
       self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
       if (has("avx512f"))
         self->emit_.preferVectorWidth = 512;
+      t.vectorMath = "libmvec:" + self->emit_.vectorISAs;
       auto lib = self->libmvec_;
       self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {
         return lib.getAddressOfSymbol(name.c_str()) != nullptr;

@@ -30,6 +30,7 @@ struct HostTarget {
   std::string features;   ///< "+avx2,+avx512f,..." in a stable order
   std::string capability; ///< AVX512, AVX2 or DEFAULT
   std::string llvmVersion;
+  std::string vectorMath; ///< e.g. "libmvec:edb" (ISAs offered), or "scalar"
 };
 
 /// Kernels loaded into the process; they stay callable while this lives.

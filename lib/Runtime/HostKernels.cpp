@@ -30,6 +30,7 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
       .add("triple", t.triple)
       .add("cpu", t.cpu)
       .add("features", t.features)
+      .add("vector-math", t.vectorMath)
       .add("opt", uint64_t(options.optLevel))
       .add("fast-math", uint64_t(options.fastMath));
   for (const KernelRequest &r : requests) {
@@ -69,10 +70,10 @@ Expected<std::shared_ptr<KernelLibrary>> buildHostKernels(std::span<const Kernel
   std::vector<CompileStats> stats(chunks);
   std::vector<Error> errors(chunks);
   std::vector<char> hit(chunks, 0);
-  tbb::parallel_for(size_t(0), chunks, [&](size_t c) {
+  auto build = [&](size_t c, bool useCached) {
     auto part = requests.subspan(c * per, std::min(per, requests.size() - c * per));
     CacheKey key = objectKey(part, options, (*jit)->target());
-    if (cache)
+    if (cache && useCached)
       if (auto object = cache->load(CacheCategory::Cpu, key)) {
         objects[c] = std::move(*object);
         hit[c] = 1;
@@ -86,13 +87,24 @@ Expected<std::shared_ptr<KernelLibrary>> buildHostKernels(std::span<const Kernel
     if (cache)
       cache->store(CacheCategory::Cpu, key, *object);
     objects[c] = std::move(*object);
-  });
+  };
+  tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, true); });
   for (Error &e : errors)
     if (e)
       return std::move(e);
 
   CompileStats loadStats;
   auto lib = (*jit)->load(objects, symbols, &loadStats);
+  if (!lib && std::find(hit.begin(), hit.end(), 1) != hit.end()) {
+    // A verified entry that does not link (the machine's libmvec changed,
+    // say) is compiled afresh and replaced, like any other miss.
+    std::fill(hit.begin(), hit.end(), 0);
+    tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, false); });
+    for (Error &e : errors)
+      if (e)
+        return std::move(e);
+    lib = (*jit)->load(objects, symbols, &loadStats);
+  }
   if (!lib)
     return lib.error();
   info.emitMs = info.optimizeMs = info.codegenMs = 0;

@@ -1,11 +1,15 @@
 //===- test/Cache/ObjectCacheTest.cpp - The on-disk kernel cache ----------===//
+#include "Cache/ObjectCache.h"
+
 #include "hsnn/Cache.h"
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -151,6 +155,33 @@ TEST_CASE("corrupt, truncated and foreign entries are recompiled, never loaded")
   expectMissThenHeal("wrong key");
   damage([](std::vector<char> &b) { std::fill(b.begin(), b.end(), 'x'); });
   expectMissThenHeal("foreign file");
+}
+
+TEST_CASE("a verified entry whose object does not link is compiled afresh and replaced") {
+  if (!jitAvailable())
+    return;
+  TempCache cache;
+  auto good = build();
+  REQUIRE(good);
+  std::vector<float> want = run(*good);
+  // Re-store every entry under its own key with a payload that passes
+  // verification but is not an object file.
+  for (const fs::path &entry : cache.files()) {
+    std::ifstream in(entry, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(bytes.size() > 48);
+    detail::CacheKey key;
+    std::memcpy(key.data(), bytes.data() + 16, key.size());
+    auto store = detail::ObjectCache::open();
+    REQUIRE(store);
+    store->store(CacheCategory::Cpu, key, std::vector<char>(64, 'x'));
+  }
+  auto again = build();
+  REQUIRE(again);
+  CHECK(again->method() == Method::CpuJit);
+  CHECK_FALSE(again->compileInfo().cacheHit);
+  CHECK(run(*again) == want);
+  CHECK(build()->compileInfo().cacheHit); // the entries were replaced
 }
 
 TEST_CASE("a directory others can write, or another user's, is refused with a warning") {
