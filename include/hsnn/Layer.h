@@ -74,6 +74,7 @@ struct LayerOptions {
   /// but nodes share code only with equal constants, and setConstant is an
   /// error (compile a new layer instead).
   bool bakeConstants = false;
+  int gpuId = 0; ///< Device for Method::Cuda.
 };
 
 struct LossOptions {
@@ -84,6 +85,7 @@ struct LossOptions {
   int optLevel = 3;
   bool fastMath = false;
   bool bakeConstants = false;
+  int gpuId = 0;
 };
 
 /// What compile() did, for inspection and benchmarks (milliseconds).

@@ -1,8 +1,7 @@
 //===- lib/CUDA/CudaBackend.cpp - Device memory on an NVIDIA GPU ----------===//
 //
-// One primary context per device, retained for the backend's lifetime and
-// made current on the calling thread before each driver call (driver state
-// is per thread). Synchronous copies; kernels are not launched from here.
+// One primary context per device (retained once per process), made current
+// on the calling thread before each driver call (driver state is per thread). Synchronous copies; kernels are not launched from here.
 // Not yet exercised on a GPU: no device was available when it was written.
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
@@ -18,7 +17,6 @@ namespace {
 class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
 public:
   CudaBackend(const CudaDriver &d, const GpuDevice &dev, CUcontext ctx) : d_(d), dev_(dev), ctx_(ctx) {}
-  ~CudaBackend() override { d_.cuDevicePrimaryCtxRelease(dev_.ordinal); }
 
   std::string name() const override { return fmt::format("cuda:{}", dev_.ordinal); }
   bool isAvailable() const override { return true; }
@@ -113,11 +111,10 @@ Expected<std::shared_ptr<Backend>> makeCudaBackend(int ordinal) {
   if (ordinal < 0 || size_t(ordinal) >= devices.size())
     return Error(ErrorCode::InvalidArgument, fmt::format("device {} does not exist; valid devices are 0..{}", ordinal,
                                                          int(devices.size()) - 1));
-  CUcontext ctx = nullptr;
-  if (CUresult r = (*driver)->cuDevicePrimaryCtxRetain(&ctx, devices[size_t(ordinal)].ordinal))
-    return Error(ErrorCode::Unsupported, fmt::format("cuDevicePrimaryCtxRetain on cuda:{} failed: {}", ordinal,
-                                                     (*driver)->errorString(r)));
-  return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(**driver, devices[size_t(ordinal)], ctx));
+  auto ctx = (*driver)->context(ordinal);
+  if (!ctx)
+    return ctx.takeError();
+  return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(**driver, devices[size_t(ordinal)], *ctx));
 }
 
 } // namespace hsnn::detail

@@ -8,7 +8,7 @@
 
 namespace hsnn::detail {
 namespace {
-constexpr int kAttrComputeCapabilityMajor = 75, kAttrComputeCapabilityMinor = 76;
+constexpr int kAttrComputeCapabilityMajor = 75, kAttrComputeCapabilityMinor = 76, kAttrMultiprocessorCount = 16;
 
 template <class F> bool resolve(void *lib, const char *name, F &fn) {
   fn = reinterpret_cast<F>(::dlsym(lib, name));
@@ -48,7 +48,10 @@ Expected<const CudaDriver *> CudaDriver::get() {
               resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent) && resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize) &&
               resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc) && resolve(lib, "cuMemFree_v2", d.cuMemFree) &&
               resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
-              resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo);
+              resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo) && resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx) &&
+              resolve(lib, "cuModuleUnload", d.cuModuleUnload) && resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction) &&
+              resolve(lib, "cuLaunchKernel", d.cuLaunchKernel) &&
+              resolve(lib, "cuOccupancyMaxPotentialBlockSize", d.cuOccupancyMaxPotentialBlockSize);
     if (!ok) {
       failure = Error(ErrorCode::Unsupported, fmt::format("driver too old: {} lacks a required entry point", name));
       return;
@@ -71,7 +74,8 @@ Expected<const CudaDriver *> CudaDriver::get() {
       char nameBuf[256] = {};
       if (d.cuDeviceGet(&dev, i) || d.cuDeviceGetName(nameBuf, sizeof nameBuf - 1, dev) ||
           d.cuDeviceGetAttribute(&g.ccMajor, kAttrComputeCapabilityMajor, dev) ||
-          d.cuDeviceGetAttribute(&g.ccMinor, kAttrComputeCapabilityMinor, dev) || d.cuDeviceTotalMem(&g.totalMemory, dev))
+          d.cuDeviceGetAttribute(&g.ccMinor, kAttrComputeCapabilityMinor, dev) ||
+          d.cuDeviceGetAttribute(&g.multiprocessors, kAttrMultiprocessorCount, dev) || d.cuDeviceTotalMem(&g.totalMemory, dev))
         continue;
       g.name = nameBuf;
       d.devices.push_back(g);
@@ -81,6 +85,24 @@ Expected<const CudaDriver *> CudaDriver::get() {
   if (failure)
     return failure;
   return &driver;
+}
+
+Expected<CUcontext> CudaDriver::context(int ordinal) const {
+  static std::mutex mutex;
+  static std::vector<CUcontext> contexts;
+  std::lock_guard lock(mutex);
+  if (ordinal < 0 || size_t(ordinal) >= devices.size())
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("device {} does not exist; valid devices are 0..{}", ordinal, int(devices.size()) - 1));
+  contexts.resize(devices.size(), nullptr);
+  if (!contexts[size_t(ordinal)]) {
+    CUcontext ctx = nullptr;
+    if (CUresult r = cuDevicePrimaryCtxRetain(&ctx, devices[size_t(ordinal)].ordinal))
+      return Error(ErrorCode::Unsupported,
+                   fmt::format("cuDevicePrimaryCtxRetain on cuda:{} failed: {}", ordinal, errorString(r)));
+    contexts[size_t(ordinal)] = ctx;
+  }
+  return contexts[size_t(ordinal)];
 }
 
 } // namespace hsnn::detail

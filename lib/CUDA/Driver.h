@@ -20,9 +20,12 @@ using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 using CUcontext = struct CUctx_st *;
 using CUstream = struct CUstream_st *;
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
 
 struct GpuDevice {
   int ordinal = 0;
+  int multiprocessors = 0;
   std::string name;
   int ccMajor = 0, ccMinor = 0;
   size_t totalMemory = 0;
@@ -49,6 +52,16 @@ struct CudaDriver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
   CUresult (*cuMemGetInfo)(size_t *, size_t *) = nullptr;
+  // Modules and launches.
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **) = nullptr;
+  CUresult (*cuOccupancyMaxPotentialBlockSize)(int *, int *, CUfunction, size_t (*)(int), size_t, int) = nullptr;
+
+  /// The device's primary context, retained once for the process.
+  Expected<CUcontext> context(int ordinal) const;
 
   int driverVersion = 0; ///< e.g. 13000 for CUDA 13.0
   std::vector<GpuDevice> devices;

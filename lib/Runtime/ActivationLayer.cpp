@@ -2,6 +2,7 @@
 #include "hsnn/Formula.h"
 #include "hsnn/Layer.h"
 
+#include "GpuLayer.h"
 #include "HostKernels.h"
 #include "LayerAccess.h"
 #include "Program/Interpreter.h"
@@ -55,6 +56,7 @@ struct ActivationLayer::Impl {
   // by compile(); fused ones at the first fused() call (they are the
   // largest, and many users never call them).
   bool jit = false;
+  std::unique_ptr<detail::GpuActivation> gpu; // Method::Cuda
   std::vector<std::shared_ptr<detail::KernelLibrary>> libraries;
   std::vector<void *> nodeKernel[3]; // per kind, per node
   std::vector<uint32_t> unitOf;      // node -> code unit
@@ -104,8 +106,19 @@ struct ActivationLayer::Impl {
     return Error::success();
   }
 
-  Error compileKernels() {
+  Error compileGpu() {
     planUnits();
+    auto g = detail::GpuActivation::create(options.gpuId, options.dtype, options.layout, unitPrograms, unitOf, params,
+                                           offsets);
+    if (!g)
+      return g.takeError();
+    gpu = std::move(*g);
+    return Error::success();
+  }
+
+  Error compileKernels() {
+    if (unitPrograms.empty())
+      planUnits();
     if (Error e = compileKinds({ActivationKernel::Forward, ActivationKernel::Backward}, info))
       return e;
     jit = true;
@@ -147,6 +160,8 @@ struct ActivationLayer::Impl {
       return e;
     if (batch && (!z || !out0 || (kind == ActivationKernel::Backward && !err) || (kind == ActivationKernel::Fused && !out1)))
       return Error(ErrorCode::InvalidArgument, "null array pointer with a non-empty batch");
+    if (gpu)
+      return gpu->runHost(int(kind), z, err, out0, out1, batch);
     if (jit && kind == ActivationKernel::Fused)
       if (Error e = ensureFused())
         return e;
@@ -239,7 +254,19 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   }
   impl->info.diffMs = msSince(t1);
 
-  auto used = detail::compileForMethod(*method, [&] { return impl->compileKernels(); });
+  Method asked = *method;
+  if (asked == Method::Cuda) {
+    if (Error e = impl->compileGpu()) {
+      auto next = detail::gpuFailed(e);
+      if (!next)
+        return next.takeError();
+      asked = *next;
+    } else {
+      impl->info.method = Method::Cuda;
+      return ActivationLayer(std::move(impl));
+    }
+  }
+  auto used = detail::compileForMethod(asked, [&] { return impl->compileKernels(); });
   if (!used)
     return used.takeError();
   impl->info.method = *used;
@@ -282,6 +309,8 @@ Error ActivationLayer::setConstant(size_t node, std::string_view name, double va
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("constant '{}' of node {} must be finite, got {}", name, node, value));
   impl_->params[*index] = value;
+  if (impl_->gpu)
+    return impl_->gpu->uploadParams(impl_->params);
   return Error::success();
 }
 

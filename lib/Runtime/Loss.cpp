@@ -2,6 +2,7 @@
 #include "hsnn/Formula.h"
 #include "hsnn/Layer.h"
 
+#include "GpuLayer.h"
 #include "HostKernels.h"
 #include "LayerAccess.h"
 #include "Program/Interpreter.h"
@@ -12,6 +13,8 @@
 #include "hsnn/Runtime.h"
 
 #include <algorithm>
+#include <array>
+#include <stdexcept>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -37,6 +40,7 @@ struct Loss::Impl {
   CompileInfo info;
   RunGuard guard;
   std::shared_ptr<detail::KernelLibrary> kernels;
+  std::unique_ptr<detail::GpuLoss> gpu; // Method::Cuda
   void *kernel[4] = {}; // by LossKernel
 
   Error compileKernels() {
@@ -59,6 +63,13 @@ struct Loss::Impl {
 
   // Runs one kernel kind over n elements with whichever engine was built.
   template <class T> double launch(LossKernel kind, const T *yp, const T *yt, T *out, T scale, size_t n) const {
+    if (gpu) {
+      // guard.run turns the thrown Error into an Error result.
+      auto sum = gpu->runHost(int(kind), yp, yt, out, double(scale), n);
+      if (!sum)
+        throw std::runtime_error(sum.error().message());
+      return *sum;
+    }
     if (!kernels)
       return detail::interpretLoss<T>(programs[size_t(kind)], kind, params.data(), yp, yt, out, scale, n);
     auto fn = reinterpret_cast<detail::LossFn<T>>(kernel[size_t(kind)]);
@@ -197,7 +208,23 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   impl->programs[size_t(LossKernel::Gradient)] = Program::lower({both + 1, 1}, names);
   impl->programs[size_t(LossKernel::Fused)] = Program::lower(both, names);
 
-  auto used = detail::compileForMethod(*method, [&] { return impl->compileKernels(); });
+  Method asked = *method;
+  if (asked == Method::Cuda) {
+    std::array<const Program *, 4> progs = {&impl->programs[0], &impl->programs[1], &impl->programs[2],
+                                            &impl->programs[3]};
+    auto g = detail::GpuLoss::create(options.gpuId, options.dtype, progs, impl->params);
+    if (!g) {
+      auto next = detail::gpuFailed(g.error());
+      if (!next)
+        return next.takeError();
+      asked = *next;
+    } else {
+      impl->gpu = std::move(*g);
+      impl->info.method = Method::Cuda;
+      return Loss(std::move(impl));
+    }
+  }
+  auto used = detail::compileForMethod(asked, [&] { return impl->compileKernels(); });
   if (!used)
     return used.takeError();
   impl->info.method = *used;
@@ -240,6 +267,8 @@ Error Loss::setConstant(std::string_view name, double value) {
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("constant '{}' must be finite, got {}", name, value));
   impl_->params[*i] = value;
+  if (impl_->gpu)
+    return impl_->gpu->uploadParams(impl_->params);
   return Error::success();
 }
 

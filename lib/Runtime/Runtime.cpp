@@ -63,9 +63,13 @@ const RuntimeInfo &runtimeInfo() {
       for (const detail::GpuDevice &g : (*driver)->devices)
         i.gpus.push_back({g.name, g.arch(), g.totalMemory});
       i.numGpus = int(i.gpus.size());
-      // Devices are detected and PTX is generated, but kernel launching is
-      // not implemented yet: the method stays unavailable, and says so.
-      i.gpuUnavailableReason = fmt::format("the CUDA kernel launcher is not implemented yet ({} GPU(s) detected)", i.numGpus);
+#if HSNN_HAS_NVPTX
+      // The cuda method can run. It is not the default until the GPU path
+      // has been validated on a GPU (no device was available when written).
+      i.gpuEnabled = i.numGpus > 0;
+#else
+      i.gpuUnavailableReason = "this build has no NVPTX code generator (HSNN_ENABLE_JIT=OFF)";
+#endif
     }
     auto jit = detail::HostJIT::get();
     i.cpuJitEnabled = bool(jit);
@@ -118,6 +122,15 @@ void warn(std::string_view message) {
   }
   h(message);
 }
+Expected<Method> gpuFailed(const Error &failure) {
+  const RuntimeInfo &info = runtimeInfo();
+  Method next = info.cpuJitEnabled ? Method::CpuJit : Method::CpuInterp;
+  if (runtimeFlags().strict)
+    return Error(failure.code(), "cuda failed (strict mode): " + failure.message());
+  warn(fmt::format("cuda failed: {}; using {}", failure.message(), to_string(next)));
+  return next;
+}
+
 Error jitFailed(const Error &failure) {
   // A kernel the JIT cannot build is a fallback like any other.
   if (runtimeFlags().strict)

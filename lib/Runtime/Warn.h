@@ -14,6 +14,10 @@ void warn(std::string_view message);
 /// mode, else a warning (the caller keeps the interpreter) and success.
 Error jitFailed(const Error &failure);
 
+/// Applies the fallback policy to a failed GPU compile or load: the method
+/// to step down to (with a warning), or the Error strict mode makes of it.
+Expected<Method> gpuFailed(const Error &failure);
+
 /// Runs `compile` when `method` is cpu_jit and applies the fallback policy:
 /// the method that will run, or the Error strict mode makes of a failure.
 template <class F> Expected<Method> compileForMethod(Method method, F &&compile) {

@@ -35,7 +35,10 @@ TEST_CASE("the CPU backend allocates, copies and reports memory") {
 
 TEST_CASE("asking for an absent backend is an error that says why") {
   const RuntimeInfo &info = runtimeInfo();
-  REQUIRE_FALSE(info.gpuEnabled);
+  if (info.gpuEnabled) {
+    MESSAGE("skipped: a GPU is present; this case covers machines without one (the GPU tests cover the rest)");
+    return;
+  }
   auto cuda = getBackend("cuda:1");
   REQUIRE_FALSE(cuda);
   CHECK(cuda.error().message() == "backend 'cuda:1' is unavailable: " + info.gpuUnavailableReason);

@@ -24,7 +24,10 @@ struct WarningLog {
 TEST_CASE("an unavailable method warns and steps down; strict mode makes it an error") {
   const RuntimeInfo &info = runtimeInfo();
   // CUDA is not built yet, so it always steps down; the CPU JIT may be missing too (sanitizer builds).
-  REQUIRE_FALSE(info.gpuEnabled);
+  if (info.gpuEnabled) {
+    MESSAGE("skipped: a GPU is present; this case covers machines without one (the GPU tests cover the rest)");
+    return;
+  }
   Method cpu = info.cpuJitEnabled ? Method::CpuJit : Method::CpuInterp;
   {
     WarningLog log;
@@ -62,7 +65,9 @@ TEST_CASE("auto picks the best available method without a warning") {
   REQUIRE(layer);
   CHECK(layer->method() == runtimeInfo().defaultMethod);
   CHECK(log.messages.empty());
-  CHECK(runtimeInfo().defaultMethod == (runtimeInfo().cpuJitEnabled ? Method::CpuJit : Method::CpuInterp));
+  CHECK(runtimeInfo().defaultMethod == (runtimeInfo().gpuEnabled     ? Method::Cuda
+                                        : runtimeInfo().cpuJitEnabled ? Method::CpuJit
+                                                                      : Method::CpuInterp));
 }
 
 TEST_CASE("method names, the seed's included") {
@@ -95,7 +100,10 @@ TEST_CASE("without a driver the CUDA method reports why, and strict mode refuses
     CHECK(info.gpuUnavailableReason.rfind(std::string("no CUDA driver: cannot load ") + lib + " (", 0) == 0);
     CHECK(info.numGpus == 0);
   }
-  CHECK_FALSE(info.gpuEnabled);
+  if (info.gpuEnabled) {
+    MESSAGE("skipped: a GPU is present");
+    return;
+  }
   CHECK_FALSE(info.gpuUnavailableReason.empty());
   ScopedRuntimeFlags strict({.strict = true});
   auto layer = ActivationLayer::compile({{"relu", {}}}, {.method = Method::Cuda});

@@ -1,0 +1,145 @@
+//===- test/CUDA/GpuTest.cpp - The cuda method against the interpreter ----===//
+//
+// Runs only where a GPU is present (it reports itself skipped otherwise):
+// every op and built-in, all kernel kinds, both layouts, f32 within 4 ulp
+// (8 for derivatives) and f64 within 1e-12 relative; losses for every
+// reduction; constants changed at run time.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "hsnn/Backend.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <random>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+namespace {
+
+bool gpuPresent() {
+  const RuntimeInfo &info = runtimeInfo();
+  if (!info.gpuEnabled)
+    MESSAGE("skipped: no usable GPU (" << info.gpuUnavailableReason << ")");
+  return info.gpuEnabled;
+}
+
+const std::vector<std::string> kFormulas = {
+    "exp(x)", "log(x)", "sqrt(x)", "sin(x)", "cos(x)", "tan(x)", "tanh(x)", "erf(x)", "erfc(x)", "log1p(x)",
+    "expm1(x)", "Abs(x)", "x**3", "atan2(x, 0.5)", "Max(x, 0.25)", "Piecewise((x, x > 1), (2*x, x < -1), (0.5, True))",
+    "relu", "sigmoid", "swish", "softplus", "mish", "gelu", "elu", "selu", "softsign", "hardswish", "gelu_tanh",
+    "sin(num)*alpha"};
+
+template <class T> void compare(Layout layout) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::vector<NodeSpec> nodes;
+  for (const std::string &f : kFormulas)
+    nodes.push_back({f, f.find("alpha") != std::string::npos ? std::map<std::string, double>{{"alpha", 1.5}}
+                                                             : std::map<std::string, double>{}});
+  auto gpu = ActivationLayer::compile(nodes, {.method = Method::Cuda, .dtype = dt, .layout = layout});
+  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
+  REQUIRE(gpu);
+  REQUIRE(ref);
+  REQUIRE(gpu->method() == Method::Cuda);
+  const size_t batch = 1000;
+  std::vector<T> z(nodes.size() * batch), err(z.size());
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> pick(-3, 3);
+  for (size_t i = 0; i < z.size(); ++i) {
+    z[i] = T(pick(rng));
+    err[i] = T(pick(rng));
+  }
+  std::vector<T> a(z.size()), d(z.size()), ra(z.size()), rd(z.size());
+  REQUIRE_OK(gpu->fused(z.data(), a.data(), d.data(), batch));
+  REQUIRE_OK(ref->fused(z.data(), ra.data(), rd.data(), batch));
+  for (size_t i = 0; i < z.size(); ++i) {
+    CAPTURE(i);
+    if (sameOrBothNaN(a[i], ra[i]) && sameOrBothNaN(d[i], rd[i]))
+      continue;
+    if constexpr (std::is_same_v<T, float>) {
+      CHECK((ulpDistance(a[i], ra[i]) <= 4 || std::fabs(a[i] - ra[i]) < 1e-6f));
+      CHECK((ulpDistance(d[i], rd[i]) <= 8 || std::fabs(d[i] - rd[i]) < 1e-6f));
+    } else {
+      CHECK(a[i] == doctest::Approx(ra[i]).epsilon(1e-12).scale(1e-12));
+      CHECK(d[i] == doctest::Approx(rd[i]).epsilon(1e-12).scale(1e-12));
+    }
+  }
+  std::vector<T> b(z.size()), rb(z.size());
+  REQUIRE_OK(gpu->backward(z.data(), err.data(), b.data(), batch));
+  REQUIRE_OK(ref->backward(z.data(), err.data(), rb.data(), batch));
+  for (size_t i = 0; i < z.size(); i += 7)
+    CHECK(double(b[i]) == doctest::Approx(double(rb[i])).epsilon(1e-5).scale(1e-6));
+}
+
+} // namespace
+
+TEST_CASE("cuda layers match the interpreter in both layouts and dtypes") {
+  if (!gpuPresent())
+    return;
+  compare<float>(Layout::NodesMajor);
+  compare<float>(Layout::BatchMajor);
+  compare<double>(Layout::NodesMajor);
+  compare<double>(Layout::BatchMajor);
+}
+
+TEST_CASE("cuda losses match the interpreter for every reduction, deterministically") {
+  if (!gpuPresent())
+    return;
+  const size_t n = 100003;
+  std::vector<double> yp(n), yt(n);
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> pick(0.01, 0.99);
+  for (size_t i = 0; i < n; ++i) {
+    yp[i] = pick(rng);
+    yt[i] = pick(rng);
+  }
+  for (const char *name : {"mse", "huber", "bce", "log_cosh"})
+    for (Reduction red : {Reduction::Mean, Reduction::Sum}) {
+      CAPTURE(name);
+      auto gpu = Loss::compile(name, {}, {.method = Method::Cuda, .dtype = DType::F64, .reduction = red});
+      auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = DType::F64, .reduction = red});
+      REQUIRE(gpu);
+      REQUIRE(ref);
+      REQUIRE(gpu->method() == Method::Cuda);
+      double g = *gpu->forward(yp.data(), yt.data(), n), r = *ref->forward(yp.data(), yt.data(), n);
+      CHECK(g == doctest::Approx(r).epsilon(1e-12));
+      CHECK(*gpu->forward(yp.data(), yt.data(), n) == g); // the same bits every run
+      std::vector<double> gg(n), rg(n);
+      REQUIRE_OK(gpu->gradient(yp.data(), yt.data(), gg.data(), n));
+      REQUIRE_OK(ref->gradient(yp.data(), yt.data(), rg.data(), n));
+      for (size_t i = 0; i < n; i += 101)
+        CHECK(gg[i] == doctest::Approx(rg[i]).epsilon(1e-12).scale(1e-15));
+    }
+}
+
+TEST_CASE("cuda layers read constants at run time") {
+  if (!gpuPresent())
+    return;
+  auto layer = ActivationLayer::compile({{"sin(num)*alpha", {{"alpha", 2}}}}, {.method = Method::Cuda, .dtype = DType::F64});
+  REQUIRE(layer);
+  double z = 1, a = 0;
+  REQUIRE_OK(layer->forward(&z, &a, 1));
+  CHECK(a == doctest::Approx(2 * std::sin(1.0)));
+  REQUIRE_OK(layer->setConstant(0, "alpha", -3));
+  REQUIRE_OK(layer->forward(&z, &a, 1));
+  CHECK(a == doctest::Approx(-3 * std::sin(1.0)));
+}
+
+TEST_CASE("the cuda backend moves memory") {
+  if (!gpuPresent())
+    return;
+  auto b = getBackend("cuda:0");
+  REQUIRE(b);
+  auto buf = (*b)->allocate(1000, DType::F32);
+  REQUIRE(buf);
+  std::vector<float> in(1000, 1.5f), out(1000);
+  REQUIRE_OK((*b)->toDevice(*buf, in.data(), 4000));
+  REQUIRE_OK((*b)->toHost(out.data(), *buf, 4000));
+  CHECK(in == out);
+  auto mem = (*b)->memoryInfo();
+  REQUIRE(mem);
+  CHECK(mem->total > 0);
+  CHECK(getBackend("cuda:" + std::to_string(runtimeInfo().numGpus)).error().message().find("valid devices are 0..") !=
+        std::string::npos);
+}
