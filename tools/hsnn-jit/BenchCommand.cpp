@@ -33,7 +33,7 @@ namespace {
 
 constexpr const char *kBenchHelp =
     R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|compile|all] [--dtype f32|f64|both]
-                      [--method auto|jit|interp] [--threads N] [--reps N] [--json]
+                      [--method auto|jit|interp|cuda] [--threads N] [--reps N] [--json]
 
 Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
 (r1w1) or triad (r2w1) over arrays of the same size measured right after it.
@@ -46,6 +46,7 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
       process (process start-up reported apart), and the interpreter on W1
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
+cuda runs from host arrays (copies included), not yet from device memory.
 Outputs are checked against the interpreter before they are timed.
 )";
 
@@ -350,9 +351,9 @@ int runBench(std::span<const std::string_view> args) {
       o.dtypes = *v == "f32" ? std::vector{DType::F32} : *v == "f64" ? std::vector{DType::F64} : std::vector{DType::F32, DType::F64};
     } else if (a == "--method") {
       auto v = value();
-      if (!v || (*v != "auto" && *v != "interp" && *v != "jit"))
-        return usageError("bench", "--method takes auto, jit or interp");
-      o.method = *v == "interp" ? Method::CpuInterp : *v == "jit" ? Method::CpuJit : Method::Auto;
+      if (!v || (*v != "auto" && *v != "interp" && *v != "jit" && *v != "cuda"))
+        return usageError("bench", "--method takes auto, jit, interp or cuda");
+      o.method = *v == "interp" ? Method::CpuInterp : *v == "jit" ? Method::CpuJit : *v == "cuda" ? Method::Cuda : Method::Auto;
     } else if (a == "--threads" || a == "--reps") {
       auto v = value();
       int n = 0;
