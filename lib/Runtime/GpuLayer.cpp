@@ -1,6 +1,8 @@
 //===- lib/Runtime/GpuLayer.cpp - Layers and losses on an NVIDIA GPU ------===//
 #include "GpuLayer.h"
 
+#include "CodeGen/KernelSpec.h"
+
 #if HSNN_HAS_NVPTX
 #include "CUDA/PTXCompiler.h"
 #endif
