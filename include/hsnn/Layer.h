@@ -31,6 +31,7 @@ namespace hsnn {
 namespace detail {
 struct LayerAccess;
 }
+class DeviceBuffer;
 
 enum class DType { F32, F64 };
 enum class Layout {
@@ -123,6 +124,13 @@ public:
   Error backward(const double *z, const double *err, double *delta, size_t batch) const;
   Error fused(const float *z, float *a, float *dfdz, size_t batch) const;
   Error fused(const double *z, double *a, double *dfdz, size_t batch) const;
+
+  /// The same on buffers from getBackend(): "cpu" buffers with any CPU
+  /// method, "cuda:N" buffers (device memory, no copies) with Method::Cuda
+  /// on device N. Buffers must hold numNodes() * batch elements.
+  Error forward(const DeviceBuffer &z, const DeviceBuffer &a, size_t batch) const;
+  Error backward(const DeviceBuffer &z, const DeviceBuffer &err, const DeviceBuffer &delta, size_t batch) const;
+  Error fused(const DeviceBuffer &z, const DeviceBuffer &a, const DeviceBuffer &dfdz, size_t batch) const;
 
   /// Changes one constant of one node; the next run sees it, no recompile.
   Error setConstant(size_t node, std::string_view name, double value);

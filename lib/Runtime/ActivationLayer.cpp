@@ -10,6 +10,7 @@
 #include "RunGuard.h"
 #include "Warn.h"
 
+#include "hsnn/Backend.h"
 #include "hsnn/Runtime.h"
 
 #include <algorithm>
@@ -298,6 +299,55 @@ Error ActivationLayer::fused(const float *z, float *a, float *dfdz, size_t batch
 Error ActivationLayer::fused(const double *z, double *a, double *dfdz, size_t batch) const {
   return impl_->run<double>(ActivationKernel::Fused, z, nullptr, a, dfdz, batch);
 }
+
+namespace {
+// Checks device buffers against the layer and runs on them.
+Error runBuffers(const ActivationLayer::Impl &impl, ActivationKernel kind, const DeviceBuffer &z, const DeviceBuffer *err,
+                 const DeviceBuffer &o0, const DeviceBuffer *o1, size_t batch);
+} // namespace
+
+Error ActivationLayer::forward(const DeviceBuffer &z, const DeviceBuffer &a, size_t batch) const {
+  return runBuffers(*impl_, ActivationKernel::Forward, z, nullptr, a, nullptr, batch);
+}
+Error ActivationLayer::backward(const DeviceBuffer &z, const DeviceBuffer &err, const DeviceBuffer &delta,
+                                size_t batch) const {
+  return runBuffers(*impl_, ActivationKernel::Backward, z, &err, delta, nullptr, batch);
+}
+Error ActivationLayer::fused(const DeviceBuffer &z, const DeviceBuffer &a, const DeviceBuffer &dfdz, size_t batch) const {
+  return runBuffers(*impl_, ActivationKernel::Fused, z, nullptr, a, &dfdz, batch);
+}
+
+namespace {
+Error runBuffers(const ActivationLayer::Impl &impl, ActivationKernel kind, const DeviceBuffer &z, const DeviceBuffer *err,
+                 const DeviceBuffer &o0, const DeviceBuffer *o1, size_t batch) {
+  size_t es = impl.options.dtype == DType::F32 ? 4 : 8;
+  if (Error e = RunGuard::checkSize(impl.nodeGroup.size(), batch))
+    return e;
+  size_t need = impl.nodeGroup.size() * batch * es;
+  std::string where = impl.gpu ? fmt::format("cuda:{}", impl.gpu->device()) : "cpu";
+  for (const DeviceBuffer *b : {&z, err, &o0, o1}) {
+    if (!b)
+      continue;
+    if (b->backend() != where)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer on backend {} given to a layer that runs on {}", b->backend(), where));
+    if (b->bytes() < need)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer of {} bytes is smaller than the {} bytes of {} x {} {}",
+                                                           b->bytes(), need, impl.nodeGroup.size(), batch,
+                                                           to_string(impl.options.dtype)));
+  }
+  auto ptr = [](const DeviceBuffer *b) { return b ? b->data() : nullptr; };
+  if (impl.gpu)
+    return impl.gpu->run(int(kind), reinterpret_cast<detail::CUdeviceptr>(z.data()),
+                         reinterpret_cast<detail::CUdeviceptr>(ptr(err)), reinterpret_cast<detail::CUdeviceptr>(o0.data()),
+                         reinterpret_cast<detail::CUdeviceptr>(ptr(o1)), batch);
+  if (impl.options.dtype == DType::F32)
+    return impl.run<float>(kind, static_cast<const float *>(z.data()), static_cast<const float *>(ptr(err)),
+                           static_cast<float *>(o0.data()), static_cast<float *>(ptr(o1)), batch);
+  return impl.run<double>(kind, static_cast<const double *>(z.data()), static_cast<const double *>(ptr(err)),
+                          static_cast<double *>(o0.data()), static_cast<double *>(ptr(o1)), batch);
+}
+} // namespace
 
 Error ActivationLayer::setConstant(size_t node, std::string_view name, double value) {
   auto index = impl_->constantIndex(node, name);

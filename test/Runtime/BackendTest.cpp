@@ -1,5 +1,8 @@
 //===- test/Runtime/BackendTest.cpp - Backends and getBackend -------------===//
 #include "hsnn/Backend.h"
+#include "hsnn/Layer.h"
+
+#include <cmath>
 #include "hsnn/Runtime.h"
 
 #include <doctest/doctest.h>
@@ -31,6 +34,24 @@ TEST_CASE("the CPU backend allocates, copies and reports memory") {
   CHECK(mem->free <= mem->total);
   CHECK((*cpu)->supportsFeature("shared_memory"));
   CHECK_FALSE((*cpu)->supportsFeature("streams"));
+}
+
+TEST_CASE("layers run on buffers from the CPU backend") {
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  auto layer = ActivationLayer::compile({{"sin(num)*alpha", {{"alpha", 2}}}, {"relu", {}}}, {.dtype = DType::F64});
+  REQUIRE(layer);
+  auto z = (*cpu)->allocate(2 * 3, DType::F64), a = (*cpu)->allocate(2 * 3, DType::F64);
+  REQUIRE(z);
+  REQUIRE(a);
+  double in[6] = {1, 0, -1, 1, 0, -1}, out[6];
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toDevice(*z, in, sizeof in)));
+  REQUIRE_FALSE(static_cast<bool>(layer->forward(*z, *a, 3)));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toHost(out, *a, sizeof out)));
+  CHECK(out[0] == doctest::Approx(2 * std::sin(1.0)));
+  CHECK(out[5] == 0);
+  auto small = (*cpu)->allocate(2, DType::F64);
+  CHECK(layer->forward(*z, *small, 3).message() == "buffer of 16 bytes is smaller than the 48 bytes of 2 x 3 f64");
 }
 
 TEST_CASE("asking for an absent backend is an error that says why") {
