@@ -179,6 +179,12 @@ public:
   Expected<double> fused(const float *y_pred, const float *y_true, float *grad, size_t n) const;
   Expected<double> fused(const double *y_pred, const double *y_true, double *grad, size_t n) const;
 
+  /// The same on buffers from getBackend() ("cpu" buffers with CPU methods,
+  /// "cuda:N" device memory with Method::Cuda); each holds n elements.
+  Expected<double> forward(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, size_t n) const;
+  Error gradient(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
+  Expected<double> fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
+
   Error setConstant(std::string_view name, double value);
   Expected<double> constant(std::string_view name) const;
   std::string formula() const;

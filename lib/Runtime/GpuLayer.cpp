@@ -154,20 +154,13 @@ Error GpuLoss::uploadParams(const std::vector<double> &params) {
   return params_.upload(params.data(), params.size() * sizeof(double));
 }
 
-Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const {
-  size_t es = elementSize(dtype_), bytes = n * es;
+Expected<double> GpuLoss::run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const {
   int dev = module_->device();
   size_t threads = module_->threads(size_t(kind), int64_t(n));
-  auto dp = DeviceMemory::allocate(dev, bytes), dt = DeviceMemory::allocate(dev, bytes),
-       dout = DeviceMemory::allocate(dev, bytes), partials = DeviceMemory::allocate(dev, threads * sizeof(double));
-  for (auto *m : {&dp, &dt, &dout, &partials})
-    if (!*m)
-      return m->takeError();
-  if (Error e = dp->upload(yp, bytes))
-    return e;
-  if (Error e = dt->upload(yt, bytes))
-    return e;
-  CUdeviceptr a0 = dp->get(), a1 = dt->get(), a2 = dout->get(), a3 = params_.get(), a6 = partials->get();
+  auto partials = DeviceMemory::allocate(dev, threads * sizeof(double));
+  if (!partials)
+    return partials.takeError();
+  CUdeviceptr a0 = yp, a1 = yt, a2 = out, a3 = params_.get(), a6 = partials->get();
   int64_t count = int64_t(n);
   float scale32 = float(scale);
   void *args[] = {&a0, &a1, &a2, &a3, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &a6};
@@ -175,9 +168,6 @@ Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void
     return e;
   if (Error e = module_->synchronize())
     return e;
-  if (kind != 1 && out)
-    if (Error e = dout->download(out, bytes))
-      return e;
   if (kind != 1 && kind != 3)
     return 0.0;
   std::vector<double> sums(threads);
@@ -187,6 +177,27 @@ Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void
   for (double v : sums) // fixed order: the same input gives the same bits
     total += v;
   return total;
+}
+
+Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const {
+  size_t bytes = n * elementSize(dtype_);
+  int dev = module_->device();
+  auto dp = DeviceMemory::allocate(dev, bytes), dt = DeviceMemory::allocate(dev, bytes),
+       dout = DeviceMemory::allocate(dev, bytes);
+  for (auto *m : {&dp, &dt, &dout})
+    if (!*m)
+      return m->takeError();
+  if (Error e = dp->upload(yp, bytes))
+    return e;
+  if (Error e = dt->upload(yt, bytes))
+    return e;
+  auto sum = run(kind, dp->get(), dt->get(), dout->get(), scale, n);
+  if (!sum)
+    return sum;
+  if (kind != 1 && out)
+    if (Error e = dout->download(out, bytes))
+      return e;
+  return sum;
 }
 
 } // namespace hsnn::detail

@@ -52,6 +52,9 @@ public:
   /// kind: 0 elements, 1 sum, 2 gradient, 3 fused, on host arrays; returns
   /// the sum of the losses for 1 and 3 (partials added in a fixed order).
   Expected<double> runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const;
+  /// The same on device memory (out may be 0 for kind 1).
+  Expected<double> run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const;
+  int device() const { return module_->device(); }
 
 private:
   std::shared_ptr<GpuModule> module_;

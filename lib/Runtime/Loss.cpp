@@ -10,6 +10,7 @@
 #include "RunGuard.h"
 #include "Warn.h"
 
+#include "hsnn/Backend.h"
 #include "hsnn/Runtime.h"
 
 #include <algorithm>
@@ -255,6 +256,65 @@ Expected<double> Loss::fused(const float *yp, const float *yt, float *grad, size
 }
 Expected<double> Loss::fused(const double *yp, const double *yt, double *grad, size_t n) const {
   return impl_->fused(yp, yt, grad, n);
+}
+
+namespace {
+// Checks buffers against the loss and runs `kind` on them; returns the reduced loss.
+Expected<double> runBuffers(const Loss::Impl &impl, LossKernel kind, const DeviceBuffer &yp, const DeviceBuffer &yt,
+                            const DeviceBuffer *out, size_t n) {
+  size_t es = impl.options.dtype == DType::F32 ? 4 : 8;
+  std::string where = impl.gpu ? fmt::format("cuda:{}", impl.gpu->device()) : "cpu";
+  for (const DeviceBuffer *b : {&yp, &yt, out}) {
+    if (!b)
+      continue;
+    if (b->backend() != where)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer on backend {} given to a loss that runs on {}", b->backend(), where));
+    if (n > b->bytes() / es)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer of {} bytes is smaller than {} {} elements",
+                                                           b->bytes(), n, to_string(impl.options.dtype)));
+  }
+  void *o = out ? out->data() : nullptr;
+  if (impl.gpu) {
+    auto sum = impl.gpu->run(int(kind), reinterpret_cast<detail::CUdeviceptr>(yp.data()),
+                             reinterpret_cast<detail::CUdeviceptr>(yt.data()), reinterpret_cast<detail::CUdeviceptr>(o),
+                             impl.options.reduction == Reduction::Mean && kind != LossKernel::Reduce && n ? 1.0 / double(n) : 1.0, n);
+    if (!sum || kind == LossKernel::Gradient)
+      return sum;
+    if (impl.options.reduction == Reduction::None)
+      return 0.0; // as on the CPU: fused with no reduction returns no loss
+    if (impl.options.reduction == Reduction::Mean)
+      return n ? *sum / double(n) : Expected<double>(Error(ErrorCode::InvalidArgument, "the mean of zero elements is undefined"));
+    return *sum;
+  }
+  auto call = [&](auto zero) -> Expected<double> {
+    using T = decltype(zero);
+    const T *p = static_cast<const T *>(yp.data()), *t = static_cast<const T *>(yt.data());
+    switch (kind) {
+    case LossKernel::Reduce:
+      return impl.forward(p, t, n);
+    case LossKernel::Gradient:
+      if (Error e = impl.elementwise(LossKernel::Gradient, p, t, static_cast<T *>(o), n))
+        return e;
+      return 0.0;
+    default:
+      return impl.fused(p, t, static_cast<T *>(o), n);
+    }
+  };
+  return impl.options.dtype == DType::F32 ? call(0.0f) : call(0.0);
+}
+} // namespace
+
+Expected<double> Loss::forward(const DeviceBuffer &yp, const DeviceBuffer &yt, size_t n) const {
+  if (impl_->options.reduction == Reduction::None)
+    return Error(ErrorCode::InvalidArgument, "reduction is none: use forwardElements for per-element losses");
+  return runBuffers(*impl_, LossKernel::Reduce, yp, yt, nullptr, n);
+}
+Error Loss::gradient(const DeviceBuffer &yp, const DeviceBuffer &yt, const DeviceBuffer &grad, size_t n) const {
+  return runBuffers(*impl_, LossKernel::Gradient, yp, yt, &grad, n).takeError();
+}
+Expected<double> Loss::fused(const DeviceBuffer &yp, const DeviceBuffer &yt, const DeviceBuffer &grad, size_t n) const {
+  return runBuffers(*impl_, LossKernel::Fused, yp, yt, &grad, n);
 }
 
 Error Loss::setConstant(std::string_view name, double value) {

@@ -54,6 +54,25 @@ TEST_CASE("layers run on buffers from the CPU backend") {
   CHECK(layer->forward(*z, *small, 3).message() == "buffer of 16 bytes is smaller than the 48 bytes of 2 x 3 f64");
 }
 
+TEST_CASE("losses run on buffers from the CPU backend") {
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  auto loss = Loss::compile("mse", {}, {.dtype = DType::F32, .reduction = Reduction::Mean});
+  REQUIRE(loss);
+  auto p = (*cpu)->allocate(4, DType::F32), t = (*cpu)->allocate(4, DType::F32), g = (*cpu)->allocate(4, DType::F32);
+  float yp[4] = {1, 2, 3, 4}, yt[4] = {0, 0, 0, 0}, grad[4];
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toDevice(*p, yp, sizeof yp)));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toDevice(*t, yt, sizeof yt)));
+  CHECK(*loss->forward(*p, *t, 4) == doctest::Approx(7.5));
+  auto fused = loss->fused(*p, *t, *g, 4);
+  REQUIRE(fused);
+  CHECK(*fused == doctest::Approx(7.5));
+  REQUIRE_FALSE(static_cast<bool>(loss->gradient(*p, *t, *g, 4)));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toHost(grad, *g, sizeof grad)));
+  CHECK(grad[3] == doctest::Approx(2.0)); // 2*(4-0)/4
+  CHECK(loss->forward(*p, *t, 5).error().message() == "buffer of 16 bytes is smaller than 5 f32 elements");
+}
+
 TEST_CASE("asking for an absent backend is an error that says why") {
   const RuntimeInfo &info = runtimeInfo();
   if (info.gpuEnabled) {
