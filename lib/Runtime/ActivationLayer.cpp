@@ -255,19 +255,8 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   }
   impl->info.diffMs = msSince(t1);
 
-  Method asked = *method;
-  if (asked == Method::Cuda) {
-    if (Error e = impl->compileGpu()) {
-      auto next = detail::gpuFailed(e);
-      if (!next)
-        return next.takeError();
-      asked = *next;
-    } else {
-      impl->info.method = Method::Cuda;
-      return ActivationLayer(std::move(impl));
-    }
-  }
-  auto used = detail::compileForMethod(asked, [&] { return impl->compileKernels(); });
+  auto used = detail::compileForMethod(
+      *method, [&] { return impl->compileGpu(); }, [&] { return impl->compileKernels(); });
   if (!used)
     return used.takeError();
   impl->info.method = *used;

@@ -44,36 +44,18 @@ Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType
                                                                const std::vector<double> &params,
                                                                const std::vector<uint64_t> &offsets) {
   std::vector<KernelRequest> requests;
-  std::vector<std::string> names;
   for (size_t k = 0; k < 3; ++k)
-    for (size_t u = 0; u < units.size(); ++u) {
-      names.push_back(fmt::format("hsnn_gpu_u{}_{}", u, shapeName(KernelShape(k))));
-      requests.push_back({names.back(), units[u][k], KernelShape(k), dtype, layout == Layout::BatchMajor});
-    }
-  auto ptx = ptxFor(device, requests);
-  if (!ptx)
-    return ptx.takeError();
-  auto module = GpuModule::load(device, *ptx, names);
-  if (!module)
-    return module.takeError();
+    for (size_t u = 0; u < units.size(); ++u)
+      requests.push_back({fmt::format("hsnn_gpu_u{}_{}", u, shapeName(KernelShape(k))), units[u][k], KernelShape(k),
+                          dtype, layout == Layout::BatchMajor});
   auto g = std::make_unique<GpuActivation>();
-  g->module_ = std::move(*module);
-  g->dtype_ = dtype;
+  if (Error e = g->init(device, dtype, requests, params))
+    return e;
   g->layout_ = layout;
   g->unitOf_ = unitOf;
   g->offsets_ = offsets;
   g->units_ = units.size();
-  auto p = uploaded(device, params);
-  if (!p)
-    return p.takeError();
-  g->params_ = std::move(*p);
   return g;
-}
-
-Error GpuActivation::uploadParams(const std::vector<double> &params) {
-  if (params.empty())
-    return Error::success();
-  return params_.upload(params.data(), params.size() * sizeof(double));
 }
 
 Error GpuActivation::run(int kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1,
@@ -127,28 +109,34 @@ Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, cons
   static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
                                         KernelShape::LossFused};
   std::vector<KernelRequest> requests;
-  std::vector<std::string> names;
-  for (size_t k = 0; k < 4; ++k) {
-    names.push_back(fmt::format("hsnn_gpu_{}", shapeName(shapes[k])));
-    requests.push_back({names.back(), programs[k], shapes[k], dtype});
-  }
-  auto ptx = ptxFor(device, requests);
-  if (!ptx)
-    return ptx.takeError();
-  auto module = GpuModule::load(device, *ptx, names);
-  if (!module)
-    return module.takeError();
+  for (size_t k = 0; k < 4; ++k)
+    requests.push_back({fmt::format("hsnn_gpu_{}", shapeName(shapes[k])), programs[k], shapes[k], dtype});
   auto g = std::make_unique<GpuLoss>();
-  g->module_ = std::move(*module);
-  g->dtype_ = dtype;
-  auto p = uploaded(device, params);
-  if (!p)
-    return p.takeError();
-  g->params_ = std::move(*p);
+  if (Error e = g->init(device, dtype, requests, params))
+    return e;
   return g;
 }
 
-Error GpuLoss::uploadParams(const std::vector<double> &params) {
+Error GpuCode::init(int device, DType dtype, std::span<const KernelRequest> requests, const std::vector<double> &params) {
+  auto ptx = ptxFor(device, requests);
+  if (!ptx)
+    return ptx.takeError();
+  std::vector<std::string> names;
+  for (const KernelRequest &r : requests)
+    names.push_back(r.symbol);
+  auto module = GpuModule::load(device, *ptx, names);
+  if (!module)
+    return module.takeError();
+  module_ = std::move(*module);
+  dtype_ = dtype;
+  auto p = uploaded(device, params);
+  if (!p)
+    return p.takeError();
+  params_ = std::move(*p);
+  return Error::success();
+}
+
+Error GpuCode::uploadParams(const std::vector<double> &params) {
   if (params.empty())
     return Error::success();
   return params_.upload(params.data(), params.size() * sizeof(double));

@@ -209,23 +209,16 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   impl->programs[size_t(LossKernel::Gradient)] = Program::lower({both + 1, 1}, names);
   impl->programs[size_t(LossKernel::Fused)] = Program::lower(both, names);
 
-  Method asked = *method;
-  if (asked == Method::Cuda) {
+  auto compileGpu = [&]() -> Error {
     std::array<const Program *, 4> progs = {&impl->programs[0], &impl->programs[1], &impl->programs[2],
                                             &impl->programs[3]};
     auto g = detail::GpuLoss::create(options.gpuId, options.dtype, progs, impl->params);
-    if (!g) {
-      auto next = detail::gpuFailed(g.error());
-      if (!next)
-        return next.takeError();
-      asked = *next;
-    } else {
-      impl->gpu = std::move(*g);
-      impl->info.method = Method::Cuda;
-      return Loss(std::move(impl));
-    }
-  }
-  auto used = detail::compileForMethod(asked, [&] { return impl->compileKernels(); });
+    if (!g)
+      return g.takeError();
+    impl->gpu = std::move(*g);
+    return Error::success();
+  };
+  auto used = detail::compileForMethod(*method, compileGpu, [&] { return impl->compileKernels(); });
   if (!used)
     return used.takeError();
   impl->info.method = *used;

@@ -18,16 +18,28 @@ Error jitFailed(const Error &failure);
 /// to step down to (with a warning), or the Error strict mode makes of it.
 Expected<Method> gpuFailed(const Error &failure);
 
-/// Runs `compile` when `method` is cpu_jit and applies the fallback policy:
-/// the method that will run, or the Error strict mode makes of a failure.
-template <class F> Expected<Method> compileForMethod(Method method, F &&compile) {
+/// Builds code for `method` with the fallback policy: cuda tries
+/// `compileGpu`, stepping down on failure (warning) to cpu_jit, which tries
+/// `compileJit`, stepping down to cpu_interp. Returns the method that will
+/// run, or the Error strict mode makes of a failure.
+template <class G, class J> Expected<Method> compileForMethod(Method method, G &&compileGpu, J &&compileJit) {
+  if (method == Method::Cuda) {
+    Error e = compileGpu();
+    if (!e)
+      return Method::Cuda;
+    auto next = gpuFailed(e);
+    if (!next)
+      return next;
+    method = *next;
+  }
   if (method != Method::CpuJit)
     return Method::CpuInterp;
-  if (Error e = compile()) {
+  if (Error e = compileJit()) {
     if (Error strict = jitFailed(e))
       return strict;
     return Method::CpuInterp;
   }
   return Method::CpuJit;
 }
+
 } // namespace hsnn::detail
