@@ -132,6 +132,15 @@ public:
   Error backward(const DeviceBuffer &z, const DeviceBuffer &err, const DeviceBuffer &delta, size_t batch) const;
   Error fused(const DeviceBuffer &z, const DeviceBuffer &a, const DeviceBuffer &dfdz, size_t batch) const;
 
+  /// Moves a layer compiled with Method::Cuda to GPU `id`: its code is
+  /// reloaded there (recompiled, or taken from the cache, only when the
+  /// device's compute capability differs) with its constants. An id outside
+  /// 0..numGpus-1 is an error naming the valid range, as is moving a layer
+  /// that runs on the CPU. Not while another thread runs the layer.
+  Error setGpuId(int id);
+  /// The GPU the layer runs on; -1 for CPU methods.
+  int gpuId() const;
+
   /// Changes one constant of one node; the next run sees it, no recompile.
   Error setConstant(size_t node, std::string_view name, double value);
   Expected<double> constant(size_t node, std::string_view name) const;
@@ -184,6 +193,10 @@ public:
   Expected<double> forward(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, size_t n) const;
   Error gradient(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
   Expected<double> fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
+
+  /// As ActivationLayer::setGpuId.
+  Error setGpuId(int id);
+  int gpuId() const;
 
   Error setConstant(std::string_view name, double value);
   Expected<double> constant(std::string_view name) const;

@@ -1,6 +1,7 @@
 //===- lib/CUDA/Driver.cpp - The CUDA driver API, loaded at run time ------===//
 #include "Driver.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -51,7 +52,19 @@ Expected<const CudaDriver *> CudaDriver::get() {
               resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo) && resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx) &&
               resolve(lib, "cuModuleUnload", d.cuModuleUnload) && resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction) &&
               resolve(lib, "cuLaunchKernel", d.cuLaunchKernel) &&
-              resolve(lib, "cuOccupancyMaxPotentialBlockSize", d.cuOccupancyMaxPotentialBlockSize);
+              resolve(lib, "cuOccupancyMaxPotentialBlockSize", d.cuOccupancyMaxPotentialBlockSize) &&
+              resolve(lib, "cuStreamCreate", d.cuStreamCreate) && resolve(lib, "cuStreamDestroy_v2", d.cuStreamDestroy) &&
+              resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
+              resolve(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync) &&
+              resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync) && resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD) &&
+              resolve(lib, "cuEventCreate", d.cuEventCreate) && resolve(lib, "cuEventRecord", d.cuEventRecord) &&
+              resolve(lib, "cuEventSynchronize", d.cuEventSynchronize) &&
+              resolve(lib, "cuEventElapsedTime", d.cuEventElapsedTime) && resolve(lib, "cuEventDestroy_v2", d.cuEventDestroy);
+    // The linker entry points are optional (the cache then keeps PTX).
+    if (!(resolve(lib, "cuLinkCreate_v2", d.cuLinkCreate) && resolve(lib, "cuLinkAddData_v2", d.cuLinkAddData) &&
+          resolve(lib, "cuLinkComplete", d.cuLinkComplete) && resolve(lib, "cuLinkDestroy", d.cuLinkDestroy)))
+      d.cuLinkCreate = nullptr;
+    d.library = name;
     if (!ok) {
       failure = Error(ErrorCode::Unsupported, fmt::format("driver too old: {} lacks a required entry point", name));
       return;
@@ -86,6 +99,21 @@ Expected<const CudaDriver *> CudaDriver::get() {
     return failure;
   return &driver;
 }
+
+int maxPtxIsa(int driverVersion) {
+  int major = driverVersion / 1000, minor = driverVersion % 1000 / 10;
+  // From the PTX ISA release notes: CUDA 11.x ships ISA 7.x, 12.0-12.5 ship
+  // 8.0-8.5, 12.6 also 8.5, 12.7 8.6, 12.8 8.7, 12.9 8.8, 13.x 9.x.
+  if (major < 11)
+    return 0;
+  if (major == 11)
+    return 70 + std::min(minor, 8);
+  if (major == 12)
+    return minor <= 5 ? 80 + minor : minor == 6 ? 85 : 80 + minor - 1;
+  return 90 + (major - 13) * 10 + minor;
+}
+
+std::string driverVersionString(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
 
 Expected<CUcontext> CudaDriver::context(int ordinal) const {
   static std::mutex mutex;

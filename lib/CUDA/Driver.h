@@ -22,6 +22,8 @@ using CUcontext = struct CUctx_st *;
 using CUstream = struct CUstream_st *;
 using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
+using CUlinkState = struct CUlinkState_st *;
+using CUevent = struct CUevent_st *;
 
 struct GpuDevice {
   int ordinal = 0;
@@ -59,11 +61,29 @@ struct CudaDriver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **) = nullptr;
   CUresult (*cuOccupancyMaxPotentialBlockSize)(int *, int *, CUfunction, size_t (*)(int), size_t, int) = nullptr;
+  // Streams, async and device-to-device copies, events (timing).
+  CUresult (*cuStreamCreate)(CUstream *, unsigned) = nullptr;
+  CUresult (*cuStreamDestroy)(CUstream) = nullptr;
+  CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuEventCreate)(CUevent *, unsigned) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
+  // PTX to cubin (optional: without them the cache keeps PTX).
+  CUresult (*cuLinkCreate)(unsigned, int *, void **, CUlinkState *) = nullptr;
+  CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **) = nullptr;
+  CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *) = nullptr;
+  CUresult (*cuLinkDestroy)(CUlinkState) = nullptr;
 
   /// The device's primary context, retained once for the process.
   Expected<CUcontext> context(int ordinal) const;
 
   int driverVersion = 0; ///< e.g. 13000 for CUDA 13.0
+  std::string library;   ///< The file dlopen found.
   std::vector<GpuDevice> devices;
 
   /// The driver with its devices enumerated, or why there is none (no
@@ -71,5 +91,11 @@ struct CudaDriver {
   static Expected<const CudaDriver *> get();
   std::string errorString(CUresult r) const;
 };
+
+/// The newest PTX ISA version (times 10: 78 is 7.8) a driver of
+/// `driverVersion` (cuDriverGetVersion's 1000 * major + 10 * minor) loads.
+int maxPtxIsa(int driverVersion);
+/// "12.4" from 12040.
+std::string driverVersionString(int driverVersion);
 
 } // namespace hsnn::detail

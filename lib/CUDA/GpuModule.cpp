@@ -1,4 +1,4 @@
-//===- lib/CUDA/GpuModule.cpp - PTX loaded on a device, and launches ------===//
+//===- lib/CUDA/GpuModule.cpp - Code loaded on a device, and launches -----===//
 #include "GpuModule.h"
 
 #include <algorithm>
@@ -7,10 +7,28 @@
 namespace hsnn::detail {
 namespace {
 
-// cuda.h's CUjit_option values for the logs.
+// cuda.h's CUjit_option and CUjitInputType values.
 constexpr int kInfoLogBuffer = 3, kInfoLogBufferSize = 4, kErrorLogBuffer = 5, kErrorLogBufferSize = 6;
+constexpr int kInputPtx = 1;
+constexpr size_t kLogBytes = 16384;
+constexpr unsigned kWarp = 32;
 
-Expected<const CudaDriver *> driverAt(int device, CUcontext *ctx) {
+Error failed(const CudaDriver &d, const char *what, int device, CUresult r) {
+  return Error(ErrorCode::Unsupported, fmt::format("{} on cuda:{} failed: {}", what, device, d.errorString(r)));
+}
+
+/// Error and info log buffers in the option layout the driver's JIT wants.
+struct JitLogs {
+  std::vector<char> error = std::vector<char>(kLogBytes, 0), info = std::vector<char>(kLogBytes, 0);
+  int options[4] = {kErrorLogBuffer, kErrorLogBufferSize, kInfoLogBuffer, kInfoLogBufferSize};
+  void *values[4] = {error.data(), reinterpret_cast<void *>(uintptr_t(kLogBytes - 1)), info.data(),
+                     reinterpret_cast<void *>(uintptr_t(kLogBytes - 1))};
+  std::string text() const { return error[0] ? std::string("\n") + error.data() : std::string(); }
+};
+
+} // namespace
+
+Expected<const CudaDriver *> driverAt(int device) {
   auto d = CudaDriver::get();
   if (!d)
     return d.error();
@@ -18,20 +36,12 @@ Expected<const CudaDriver *> driverAt(int device, CUcontext *ctx) {
   if (!c)
     return c.takeError();
   if (CUresult r = (*d)->cuCtxSetCurrent(*c))
-    return Error(ErrorCode::Unsupported, fmt::format("cuCtxSetCurrent on cuda:{} failed: {}", device, (*d)->errorString(r)));
-  if (ctx)
-    *ctx = *c;
+    return failed(**d, "cuCtxSetCurrent", device, r);
   return *d;
 }
 
-Error failed(const CudaDriver &d, const char *what, int device, CUresult r) {
-  return Error(ErrorCode::Unsupported, fmt::format("{} on cuda:{} failed: {}", what, device, d.errorString(r)));
-}
-
-} // namespace
-
 Expected<DeviceMemory> DeviceMemory::allocate(int device, size_t bytes) {
-  auto d = driverAt(device, nullptr);
+  auto d = driverAt(device);
   if (!d)
     return d.error();
   DeviceMemory m;
@@ -45,12 +55,12 @@ Expected<DeviceMemory> DeviceMemory::allocate(int device, size_t bytes) {
 DeviceMemory::~DeviceMemory() {
   if (!ptr_)
     return;
-  if (auto d = driverAt(device_, nullptr))
+  if (auto d = driverAt(device_))
     (*d)->cuMemFree(ptr_);
 }
 
 Error DeviceMemory::upload(const void *host, size_t bytes, size_t offset) const {
-  auto d = driverAt(device_, nullptr);
+  auto d = driverAt(device_);
   if (!d)
     return d.error();
   if (CUresult r = (*d)->cuMemcpyHtoD(ptr_ + offset, host, bytes))
@@ -59,7 +69,7 @@ Error DeviceMemory::upload(const void *host, size_t bytes, size_t offset) const 
 }
 
 Error DeviceMemory::download(void *host, size_t bytes, size_t offset) const {
-  auto d = driverAt(device_, nullptr);
+  auto d = driverAt(device_);
   if (!d)
     return d.error();
   if (CUresult r = (*d)->cuMemcpyDtoH(host, ptr_ + offset, bytes))
@@ -67,30 +77,52 @@ Error DeviceMemory::download(void *host, size_t bytes, size_t offset) const {
   return Error::success();
 }
 
-Expected<std::string> gpuArch(int device) {
-  auto d = CudaDriver::get();
+Expected<std::vector<char>> linkPtx(int device, const std::string &ptx) {
+  auto d = driverAt(device);
   if (!d)
     return d.error();
-  if (device < 0 || size_t(device) >= (*d)->devices.size())
-    return Error(ErrorCode::InvalidArgument, fmt::format("device {} does not exist; valid devices are 0..{}", device,
-                                                         int((*d)->devices.size()) - 1));
-  return (*d)->devices[size_t(device)].arch();
+  if (!(*d)->cuLinkCreate)
+    return Error(ErrorCode::Unsupported, "the driver has no linker entry points");
+  JitLogs logs;
+  CUlinkState link = nullptr;
+  if (CUresult r = (*d)->cuLinkCreate(4, logs.options, logs.values, &link))
+    return Error(ErrorCode::Unsupported, fmt::format("cuLinkCreate on cuda:{} failed: {}", device, (*d)->errorString(r)));
+  std::vector<char> cubin;
+  CUresult r = (*d)->cuLinkAddData(link, kInputPtx, const_cast<char *>(ptx.c_str()), ptx.size() + 1, "hsnn.ptx", 0,
+                                   nullptr, nullptr);
+  const char *step = "cuLinkAddData";
+  if (!r) {
+    void *image = nullptr;
+    size_t size = 0;
+    step = "cuLinkComplete";
+    r = (*d)->cuLinkComplete(link, &image, &size);
+    if (!r) // the image belongs to the link state: copy it before destroying that
+      cubin.assign(static_cast<const char *>(image), static_cast<const char *>(image) + size);
+  }
+  (*d)->cuLinkDestroy(link);
+  if (r)
+    return Error(ErrorCode::Unsupported,
+                 fmt::format("{} on cuda:{} failed: {}{}", step, device, (*d)->errorString(r), logs.text()));
+  return cubin;
 }
 
-Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, const std::string &ptx,
+Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, std::span<const char> image,
                                                      std::span<const std::string> kernels) {
   auto m = std::make_shared<GpuModule>();
   m->device_ = device;
-  auto d = driverAt(device, &m->ctx_);
+  auto d = driverAt(device);
   if (!d)
     return d.error();
-  std::vector<char> errorLog(8192, 0), infoLog(8192, 0);
-  int options[] = {kErrorLogBuffer, kErrorLogBufferSize, kInfoLogBuffer, kInfoLogBufferSize};
-  void *values[] = {errorLog.data(), reinterpret_cast<void *>(uintptr_t(errorLog.size())), infoLog.data(),
-                    reinterpret_cast<void *>(uintptr_t(infoLog.size()))};
-  if (CUresult r = (*d)->cuModuleLoadDataEx(&m->module_, ptx.c_str(), 4, options, values))
-    return Error(ErrorCode::Unsupported, fmt::format("cuModuleLoadDataEx on cuda:{} failed: {}\n{}", device,
-                                                     (*d)->errorString(r), errorLog.data()));
+  // PTX must end in NUL; a cubin is read by its own header. One extra NUL
+  // byte is harmless to both.
+  std::vector<char> bytes(image.begin(), image.end());
+  bytes.push_back('\0');
+  JitLogs logs;
+  if (CUresult r = (*d)->cuModuleLoadDataEx(&m->module_, bytes.data(), 4, logs.options, logs.values)) {
+    m->module_ = nullptr;
+    return Error(ErrorCode::Unsupported, fmt::format("cuModuleLoadDataEx on cuda:{} failed: {}{}", device,
+                                                     (*d)->errorString(r), logs.text()));
+  }
   for (const std::string &k : kernels) {
     CUfunction f = nullptr;
     if (CUresult r = (*d)->cuModuleGetFunction(&f, m->module_, k.c_str()))
@@ -99,8 +131,9 @@ Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, const std::stri
     if (CUresult r = (*d)->cuOccupancyMaxPotentialBlockSize(&minGrid, &block, f, nullptr, 0, 0))
       return failed(**d, "cuOccupancyMaxPotentialBlockSize", device, r);
     m->functions_.push_back(f);
-    m->blockSize_.push_back(std::max(block, 32));
-    m->maxGrid_.push_back(std::max(minGrid, 1));
+    // Whole warps: loss kernels reduce across every lane of a warp.
+    m->blockSize_.push_back(std::max(kWarp, unsigned(block) / kWarp * kWarp));
+    m->fullGrid_.push_back(unsigned(std::max(minGrid, 1)));
   }
   return m;
 }
@@ -108,29 +141,21 @@ Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, const std::stri
 GpuModule::~GpuModule() {
   if (!module_)
     return;
-  if (auto d = driverAt(device_, nullptr))
+  if (auto d = driverAt(device_))
     (*d)->cuModuleUnload(module_);
 }
 
-size_t GpuModule::threads(size_t kernel, int64_t n) const {
-  int64_t block = blockSize_[kernel];
-  int64_t grid = std::clamp<int64_t>((n + block - 1) / block, 1, maxGrid_[kernel]);
-  return size_t(grid * block);
-}
-
-Error GpuModule::launch(size_t kernel, void **args, int64_t n) const {
-  auto d = driverAt(device_, nullptr);
+Error GpuModule::launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block) const {
+  auto d = driverAt(device_);
   if (!d)
     return d.error();
-  unsigned block = unsigned(blockSize_[kernel]);
-  unsigned grid = unsigned(threads(kernel, n) / block);
-  if (CUresult r = (*d)->cuLaunchKernel(functions_[kernel], grid, 1, 1, block, 1, 1, 0, nullptr, args, nullptr))
+  if (CUresult r = (*d)->cuLaunchKernel(functions_[kernel], gridX, gridY, 1, block, 1, 1, 0, nullptr, args, nullptr))
     return failed(**d, "cuLaunchKernel", device_, r);
   return Error::success();
 }
 
 Error GpuModule::synchronize() const {
-  auto d = driverAt(device_, nullptr);
+  auto d = driverAt(device_);
   if (!d)
     return d.error();
   if (CUresult r = (*d)->cuCtxSynchronize())

@@ -1,7 +1,7 @@
-//===- lib/CUDA/GpuModule.h - PTX loaded on a device, and launches -*- C++ -*-===//
+//===- lib/CUDA/GpuModule.h - Code loaded on a device, and launches -*- C++ -*-===//
 //
-// LLVM-free. Written without a GPU at hand: every path that needs a device is
-// untested until a session with one runs the GPU tests.
+// LLVM-free. Exercised without a GPU through the test driver
+// (test/CUDA/FakeDriver.cpp), which checks the calls but runs no kernel.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,6 +14,10 @@
 #include <vector>
 
 namespace hsnn::detail {
+
+/// Makes device `device`'s primary context current on this thread (driver
+/// state is per thread) and returns the driver.
+Expected<const CudaDriver *> driverAt(int device);
 
 /// Device memory owned by RAII (freed in the device's context).
 class DeviceMemory {
@@ -42,32 +46,35 @@ private:
   size_t bytes_ = 0;
 };
 
-/// A PTX module loaded on one device, with its kernels resolved.
+/// PTX assembled for a device by the driver's linker: a cubin, with the
+/// linker's error log in the Error when it fails. Unsupported (without a
+/// message worth showing) when the driver has no linker entry points.
+Expected<std::vector<char>> linkPtx(int device, const std::string &ptx);
+
+/// A module (PTX or cubin) loaded on one device, with its kernels resolved.
 class GpuModule {
 public:
-  /// Loads `ptx` (the driver assembles it for the device), capturing the
-  /// JIT error log into the Error.
-  static Expected<std::shared_ptr<GpuModule>> load(int device, const std::string &ptx,
+  /// Loads `image` (PTX text, NUL-terminated by this call, or a cubin),
+  /// capturing the driver's JIT error log into the Error.
+  static Expected<std::shared_ptr<GpuModule>> load(int device, std::span<const char> image,
                                                    std::span<const std::string> kernels);
   ~GpuModule();
   int device() const { return device_; }
-  /// Threads a launch over n elements uses (grid * block): the size of a
-  /// loss kernel's partial-sum array. Depends only on the kernel and n.
-  size_t threads(size_t kernel, int64_t n) const;
-  /// Launches kernel `kernel` (index into the list given to load) over n
-  /// elements with the given argument pointers (cuLaunchKernel's layout).
-  Error launch(size_t kernel, void **args, int64_t n) const;
+  /// Threads per block for a kernel: the occupancy calculator's choice,
+  /// a multiple of the warp size.
+  unsigned blockSize(size_t kernel) const { return blockSize_[kernel]; }
+  /// Blocks that fill the device at that block size.
+  unsigned fullGrid(size_t kernel) const { return fullGrid_[kernel]; }
+  /// Launches kernel `kernel` (index into the list given to load) with the
+  /// argument pointers in cuLaunchKernel's layout, on the default stream.
+  Error launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block) const;
   Error synchronize() const;
 
 private:
   int device_ = 0;
-  CUcontext ctx_ = nullptr;
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
-  std::vector<int> blockSize_, maxGrid_;
+  std::vector<unsigned> blockSize_, fullGrid_;
 };
-
-/// "sm_XY" of a device.
-Expected<std::string> gpuArch(int device);
 
 } // namespace hsnn::detail

@@ -13,6 +13,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/Linker/Linker.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/SourceMgr.h>
@@ -21,6 +23,7 @@
 #include <llvm/Transforms/IPO/Internalize.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
@@ -44,8 +47,8 @@ std::string libdevicePath() {
   return HSNN_LIBDEVICE_DEFAULT;
 }
 
-Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const PtxOptions &options,
-                                 CompileStats *stats) {
+namespace {
+const llvm::Target *nvptxTarget(std::string &err) {
   static std::once_flag once;
   std::call_once(once, [] {
     LLVMInitializeNVPTXTargetInfo();
@@ -53,8 +56,51 @@ Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const 
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
   });
+  return llvm::TargetRegistry::lookupTarget(kTriple, err);
+}
+} // namespace
+
+Expected<std::string> ptxArchFor(int ccMajor, int ccMinor) {
   std::string err;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(kTriple, err);
+  const llvm::Target *target = nvptxTarget(err);
+  if (!target)
+    return Error(ErrorCode::Unsupported, "this LLVM has no NVPTX backend: " + err);
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(kTriple, "", ""));
+  int want = ccMajor * 10 + ccMinor, best = 0;
+  for (const llvm::SubtargetSubTypeKV &kv : sti->getAllProcessorDescriptions()) {
+    llvm::StringRef name(kv.Key);
+    int v = 0;
+    if (name.consume_front("sm_") && !name.getAsInteger(10, v) && v <= want && v > best)
+      best = v;
+  }
+  if (!best)
+    return Error(ErrorCode::Unsupported,
+                 fmt::format("compute capability {}.{} is older than any architecture LLVM's NVPTX backend targets",
+                             ccMajor, ccMinor));
+  return fmt::format("sm_{}", best);
+}
+
+std::string ptxGeneratorId() {
+  std::string path = libdevicePath();
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  return fmt::format("llvm-{} libdevice {} {} {}", LLVM_VERSION_STRING, path, ec ? 0 : size, ec ? 0 : time);
+}
+
+int ptxIsaVersion(std::string_view ptx) {
+  size_t at = ptx.find(".version ");
+  if (at == std::string_view::npos)
+    return 0;
+  int major = 0, minor = 0;
+  if (std::sscanf(std::string(ptx.substr(at + 9, 8)).c_str(), "%d.%d", &major, &minor) != 2)
+    return 0;
+  return major * 10 + minor;
+}
+
+Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats) {
+  std::string err;
+  const llvm::Target *target = nvptxTarget(err);
   if (!target)
     return Error(ErrorCode::Unsupported, "this LLVM has no NVPTX backend: " + err);
   if (options.arch.size() < 5 || !options.arch.starts_with("sm_") ||
@@ -73,7 +119,7 @@ Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const 
   EmitOptions emit;
   emit.gpu = true;
   emit.fastMath = options.fastMath;
-  if (llvm::Error e = emitKernels(*module, requests, emit))
+  if (llvm::Error e = emitGpuKernels(*module, spec, emit))
     return Error(ErrorCode::Internal, "code generation failed: " + llvm::toString(std::move(e)));
   module->addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", options.fastMath ? 1 : 0);
 
@@ -95,8 +141,12 @@ Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const 
       return Error(ErrorCode::Internal, "linking libdevice failed");
   }
   std::set<std::string> kernels;
-  for (const KernelRequest &r : requests)
+  for (const GpuLayerKernel &k : spec.layers)
+    kernels.insert(k.symbol);
+  for (const KernelRequest &r : spec.losses)
     kernels.insert(r.symbol);
+  if (!spec.sumKernel.empty())
+    kernels.insert(spec.sumKernel);
   std::string verifyMessage;
   llvm::raw_string_ostream vs(verifyMessage);
   if (llvm::verifyModule(*module, &vs))

@@ -17,9 +17,22 @@ struct PtxOptions {
 /// time, else /usr/local/cuda/nvvm/libdevice/libdevice.10.bc.
 std::string libdevicePath();
 
-/// PTX text for the requests (same tapes and emitter as the CPU, as
-/// grid-stride kernels), with the libdevice functions they call linked in.
-Expected<std::string> compilePtx(std::span<const KernelRequest> requests, const PtxOptions &options,
-                                 CompileStats *stats = nullptr);
+/// The newest architecture this LLVM's NVPTX backend knows that a device of
+/// compute capability major.minor runs: sm_XY itself when known, else the
+/// closest older one (PTX is forward compatible: the driver assembles it for
+/// the newer device).
+Expected<std::string> ptxArchFor(int ccMajor, int ccMinor);
+
+/// What identifies the PTX generator in cache keys: LLVM's version and the
+/// libdevice file (path, size, modification time).
+std::string ptxGeneratorId();
+
+/// The ISA version a PTX text declares (".version 7.8" -> 78), 0 if none.
+int ptxIsaVersion(std::string_view ptx);
+
+/// PTX text for the kernels of `spec` (KernelSpec.h; the same tapes and
+/// element lowering as the CPU), with the libdevice functions they call
+/// linked in.
+Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats = nullptr);
 
 } // namespace hsnn::detail

@@ -33,14 +33,17 @@ struct EmitOptions {
   int interleave = 0;
   /// Widest vector the vectorizer should prefer, in bits; 0: the target's default.
   unsigned preferVectorWidth = 0;
-  /// NVPTX kernels: grid-stride loops, libdevice math (__nv_*), GPU loss
-  /// kernels write per-thread partial sums (see KernelSpec.h).
+  /// NVPTX: math through libdevice (__nv_*).
   bool gpu = false;
 };
 
 /// Adds one function per request to `module` (whose data layout and triple
 /// are already set). The functions have external linkage and C names.
 llvm::Error emitKernels(llvm::Module &module, std::span<const KernelRequest> requests, const EmitOptions &options);
+
+/// Adds the GPU kernels of `spec` (see KernelSpec.h) to an NVPTX module,
+/// marked as kernels (nvvm.annotations). `options.gpu` must be set.
+llvm::Error emitGpuKernels(llvm::Module &module, const GpuModuleSpec &spec, const EmitOptions &options);
 
 /// Adds a layer's C entry points (NAME_forward, NAME_forward_range, ...,
 /// NAME_default_params, NAME_param_offsets) that dispatch each node to its

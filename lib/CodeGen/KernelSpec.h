@@ -90,6 +90,36 @@ struct KernelRequest {
   bool strided = false;
 };
 
+/// A layer's GPU kernel of one activation shape: one launch runs every node.
+///   void SYMBOL(const T *z, const T *err, T *out0, T *out1, const double *params,
+///               const uint32_t *unitOf, const uint64_t *offsets,
+///               int64_t batch, int64_t nodes, int64_t firstNode)
+/// unitOf[node] picks the node's program from `units`, offsets[node] its
+/// constants in params. Nodes-major: node = firstNode + blockIdx.y, and the
+/// x threads stride over its batch elements (the unit is uniform per block).
+/// Batch-major: a 1-D grid strides over all batch * nodes elements.
+struct GpuLayerKernel {
+  std::string symbol;
+  KernelShape shape = KernelShape::ActivationForward;
+  DType dtype = DType::F32;
+  Layout layout = Layout::NodesMajor;
+  std::vector<const Program *> units;
+};
+
+/// What one PTX module holds. Loss kernels (KernelRequest, loss shapes):
+///   void SYMBOL(const T *yp, const T *yt, T *out, const double *params,
+///               int64_t n, T scale, double *partials)
+/// The summing shapes leave one partial sum per warp, in
+/// partials[global thread / 32], each added across its warp in a fixed tree
+/// order; `sumKernel`, launched as a single warp,
+///   void SUM(const double *partials, int64_t count, double *result)
+/// adds those in a fixed order too: the same input gives the same bits.
+struct GpuModuleSpec {
+  std::vector<GpuLayerKernel> layers;
+  std::vector<KernelRequest> losses;
+  std::string sumKernel; ///< Empty: none.
+};
+
 /// Ahead-of-time entry points of a layer (see hsnn/AOT.h for the C ABI).
 struct LayerEntryPoints {
   std::string name;

@@ -2,6 +2,8 @@
 #include "Program.h"
 
 #include <algorithm>
+#include <bit>
+#include <fmt/format.h>
 #include <cassert>
 #include <unordered_map>
 
@@ -63,6 +65,20 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
     p.outputs.push_back(slotOf.at(root));
   }
   return p;
+}
+
+std::string Program::fingerprint() const {
+  std::string tape;
+  for (const Instr &in : code) {
+    tape += fmt::format("{}:{}:{}:{}:{:x}(", opInfo(in.op).name, int(in.isBool), int(in.var), in.param,
+                        std::bit_cast<uint64_t>(in.number));
+    for (uint32_t a : operands(in))
+      tape += fmt::format("{},", a);
+    tape += ");";
+  }
+  for (uint32_t o : outputs)
+    tape += fmt::format("out{};", o);
+  return tape;
 }
 
 Program Program::withConstants(const double *params) const {

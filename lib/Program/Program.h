@@ -42,6 +42,9 @@ struct Program {
   /// A copy with every constant replaced by its value (params[index]), for
   /// kernels that bake constants in as literals.
   Program withConstants(const double *params) const;
+  /// Text that identifies the tape exactly (ops, operands, numbers' bits,
+  /// outputs): what cache keys hash.
+  std::string fingerprint() const;
 };
 
 } // namespace hsnn::detail

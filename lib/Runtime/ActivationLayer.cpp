@@ -110,7 +110,7 @@ struct ActivationLayer::Impl {
   Error compileGpu() {
     planUnits();
     auto g = detail::GpuActivation::create(options.gpuId, options.dtype, options.layout, unitPrograms, unitOf, params,
-                                           offsets);
+                                           offsets, &info);
     if (!g)
       return g.takeError();
     gpu = std::move(*g);
@@ -338,11 +338,17 @@ Error runBuffers(const ActivationLayer::Impl &impl, ActivationKernel kind, const
 }
 } // namespace
 
+Error ActivationLayer::setGpuId(int id) {
+  return detail::moveGpuCode(impl_->gpu.get(), id, impl_->params, impl_->info, "layer");
+}
+
+int ActivationLayer::gpuId() const { return impl_->gpu ? impl_->gpu->device() : -1; }
+
 Error ActivationLayer::setConstant(size_t node, std::string_view name, double value) {
   auto index = impl_->constantIndex(node, name);
   if (!index)
     return index.takeError();
-  if (impl_->jit && impl_->options.bakeConstants)
+  if ((impl_->jit || impl_->gpu) && impl_->options.bakeConstants)
     return Error(ErrorCode::InvalidArgument,
                  "constants are baked into this layer's code (bakeConstants); compile a new layer to change them");
   if (!std::isfinite(value))

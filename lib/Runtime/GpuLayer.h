@@ -1,9 +1,11 @@
 //===- lib/Runtime/GpuLayer.h - Layers and losses on an NVIDIA GPU -*- C++ -*-===//
 //
-// The cuda method's engine: PTX from the same tapes, loaded on one device,
-// one grid-stride launch per node (nodes-major) or per strided column
-// (batch-major). Written without a GPU at hand: untested until a session
-// with one runs it (see the issue notes).
+// The cuda method's engine: PTX from the same tapes (one kernel per layer
+// and kind, see KernelSpec.h's GpuLayerKernel), assembled for the device by
+// the driver's linker, cached on disk under the GPU category (keyed by the
+// tapes, architecture, compute capability and driver version), loaded on one
+// device. Run on a real GPU: see the GPU tests; without one the test driver
+// checks the calls.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -16,20 +18,35 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
 
 namespace hsnn::detail {
 
-/// What both GPU engines hold: a loaded module, its element type and the
-/// constants on the device.
+/// What both GPU engines hold: the module spec, the loaded image, its
+/// element type and the constants on the device.
 class GpuCode {
 public:
+  virtual ~GpuCode() = default;
   int device() const { return module_->device(); }
   /// Copies the constants to the device (after setConstant).
   Error uploadParams(const std::vector<double> &params);
+  /// Moves the code to `device`: the same image is reloaded when the
+  /// device's compute capability is the same, else it is rebuilt (or taken
+  /// from the cache). Constants and tables are uploaded again.
+  Error moveTo(int device, const std::vector<double> &params, CompileInfo *info);
 
 protected:
-  /// Compiles the requests to PTX for `device`, loads them, uploads params.
-  Error init(int device, DType dtype, std::span<const KernelRequest> requests, const std::vector<double> &params);
+  /// Builds (or loads from the cache) the module for `device`, uploads params.
+  Error init(int device, DType dtype, GpuModuleSpec spec, std::vector<std::string> kernels,
+             const std::vector<double> &params, CompileInfo *info);
+  /// Device-resident tables besides the constants (re-uploaded on moveTo).
+  virtual Error uploadTables() { return Error::success(); }
+  Error build(int device, CompileInfo *info);
+
+  GpuModuleSpec spec_;
+  std::vector<std::string> kernels_;
+  std::vector<char> image_; ///< cubin, or PTX where the driver has no linker
+  int ccMajor_ = 0, ccMinor_ = 0;
   std::shared_ptr<GpuModule> module_;
   DType dtype_ = DType::F32;
   DeviceMemory params_;
@@ -42,28 +59,39 @@ public:
                                                          const std::vector<std::array<const Program *, 3>> &units,
                                                          const std::vector<uint32_t> &unitOf,
                                                          const std::vector<double> &params,
-                                                         const std::vector<uint64_t> &offsets);
+                                                         const std::vector<uint64_t> &offsets, CompileInfo *info);
   /// kind: 0 forward, 1 backward, 2 fused. Device pointers (0 when unused).
   Error run(int kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1, size_t batch) const;
   /// Host pointers: copied to the device and back (slower).
   Error runHost(int kind, const void *z, const void *err, void *out0, void *out1, size_t batch) const;
 
 private:
+  Error uploadTables() override;
   Layout layout_ = Layout::NodesMajor;
   std::vector<uint32_t> unitOf_;
   std::vector<uint64_t> offsets_;
-  size_t units_ = 0;
+  DeviceMemory unitTable_, offsetTable_;
 };
 
 class GpuLoss : public GpuCode {
 public:
   static Expected<std::unique_ptr<GpuLoss>> create(int device, DType dtype, const std::array<const Program *, 4> &programs,
-                                                   const std::vector<double> &params);
+                                                   const std::vector<double> &params, CompileInfo *info);
   /// kind: 0 elements, 1 sum, 2 gradient, 3 fused, on host arrays; returns
-  /// the sum of the losses for 1 and 3 (partials added in a fixed order).
+  /// the sum of the losses for 1 and 3 (deterministic: see KernelSpec.h).
   Expected<double> runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const;
   /// The same on device memory (out may be 0 for kind 1).
   Expected<double> run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const;
+
+private:
+  // Partial sums, kept between runs (allocating per run costs more than a
+  // memory-bound loss); runs of one loss take turns.
+  mutable std::mutex scratchMutex_;
+  mutable DeviceMemory scratch_;
 };
+
+/// setGpuId for layers and losses: the id's range is checked first (so a bad
+/// id reads the same whatever the method), then that the code runs on a GPU.
+Error moveGpuCode(GpuCode *gpu, int id, const std::vector<double> &params, CompileInfo &info, const char *what);
 
 } // namespace hsnn::detail

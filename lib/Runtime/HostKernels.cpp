@@ -4,7 +4,6 @@
 #include "Cache/ObjectCache.h"
 
 #include <algorithm>
-#include <bit>
 #include <tbb/parallel_for.h>
 #include <chrono>
 #include <fmt/format.h>
@@ -33,19 +32,11 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
       .add("vector-math", t.vectorMath)
       .add("opt", uint64_t(options.optLevel))
       .add("fast-math", uint64_t(options.fastMath));
-  for (const KernelRequest &r : requests) {
-    std::string tape;
-    for (const Instr &in : r.program->code) {
-      tape += fmt::format("{}:{}:{}:{}:{:x}(", opInfo(in.op).name, int(in.isBool), int(in.var), in.param,
-                          std::bit_cast<uint64_t>(in.number));
-      for (uint32_t a : r.program->operands(in))
-        tape += fmt::format("{},", a);
-      tape += ");";
-    }
-    for (uint32_t o : r.program->outputs)
-      tape += fmt::format("out{};", o);
-    k.add("symbol", r.symbol).add("shape", shapeName(r.shape)).add("dtype", to_string(r.dtype)).add("tape", tape);
-  }
+  for (const KernelRequest &r : requests)
+    k.add("symbol", r.symbol)
+        .add("shape", shapeName(r.shape))
+        .add("dtype", to_string(r.dtype))
+        .add("tape", r.program->fingerprint());
   return k.finish();
 }
 

@@ -212,7 +212,7 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   auto compileGpu = [&]() -> Error {
     std::array<const Program *, 4> progs = {&impl->programs[0], &impl->programs[1], &impl->programs[2],
                                             &impl->programs[3]};
-    auto g = detail::GpuLoss::create(options.gpuId, options.dtype, progs, impl->params);
+    auto g = detail::GpuLoss::create(options.gpuId, options.dtype, progs, impl->params, &impl->info);
     if (!g)
       return g.takeError();
     impl->gpu = std::move(*g);
@@ -309,6 +309,10 @@ Error Loss::gradient(const DeviceBuffer &yp, const DeviceBuffer &yt, const Devic
 Expected<double> Loss::fused(const DeviceBuffer &yp, const DeviceBuffer &yt, const DeviceBuffer &grad, size_t n) const {
   return runBuffers(*impl_, LossKernel::Fused, yp, yt, &grad, n);
 }
+
+Error Loss::setGpuId(int id) { return detail::moveGpuCode(impl_->gpu.get(), id, impl_->params, impl_->info, "loss"); }
+
+int Loss::gpuId() const { return impl_->gpu ? impl_->gpu->device() : -1; }
 
 Error Loss::setConstant(std::string_view name, double value) {
   auto i = impl_->index(name);

@@ -35,15 +35,22 @@ const std::vector<std::string> kFormulas = {
 const std::vector<std::string> kLosses = {"mse", "mae", "huber", "bce", "log_cosh", "smooth_l1", "bce_with_logits",
                                           "poisson_nll"};
 
-// Kernels for every formula and loss, in one module.
+// Kernels for every formula and loss, in one module: each layer kernel has
+// every formula as a unit (one switch case each), per kind and layout.
 struct Requests {
   std::deque<ActivationLayer> layers;
   std::deque<Loss> losses;
-  std::vector<detail::KernelRequest> list;
+  detail::GpuModuleSpec spec;
+  std::vector<std::string> symbols;
 };
 
 Requests allKernels(DType dtype) {
   Requests r;
+  detail::GpuLayerKernel kernels[2][3];
+  for (size_t l = 0; l < 2; ++l)
+    for (size_t k = 0; k < 3; ++k)
+      kernels[l][k] = {fmt::format("layer_{}_{}", l, detail::shapeName(detail::KernelShape(k))), detail::KernelShape(k),
+                       dtype, l ? Layout::BatchMajor : Layout::NodesMajor, {}};
   for (size_t i = 0; i < kFormulas.size(); ++i) {
     std::map<std::string, double> c;
     if (kFormulas[i].find("alpha") != std::string::npos)
@@ -52,10 +59,15 @@ Requests allKernels(DType dtype) {
     REQUIRE(layer);
     r.layers.push_back(std::move(*layer));
     auto model = detail::LayerAccess::activation(r.layers.back());
-    for (size_t k = 0; k < 3; ++k)
-      r.list.push_back({fmt::format("act{}_{}", i, detail::shapeName(detail::KernelShape(k))),
-                        model.groupPrograms[0][k], detail::KernelShape(k), dtype});
+    for (size_t l = 0; l < 2; ++l)
+      for (size_t k = 0; k < 3; ++k)
+        kernels[l][k].units.push_back(model.groupPrograms[0][k]);
   }
+  for (auto &byLayout : kernels)
+    for (auto &k : byLayout) {
+      r.symbols.push_back(k.symbol);
+      r.spec.layers.push_back(std::move(k));
+    }
   for (size_t i = 0; i < kLosses.size(); ++i) {
     auto loss = Loss::compile(kLosses[i], {}, {.method = Method::CpuInterp, .dtype = dtype});
     REQUIRE(loss);
@@ -63,9 +75,14 @@ Requests allKernels(DType dtype) {
     auto model = detail::LayerAccess::loss(r.losses.back());
     const detail::KernelShape shapes[4] = {detail::KernelShape::LossElements, detail::KernelShape::LossReduce,
                                            detail::KernelShape::LossGradient, detail::KernelShape::LossFused};
-    for (size_t k = 0; k < 4; ++k)
-      r.list.push_back({fmt::format("loss{}_{}", i, detail::shapeName(shapes[k])), model.programs[k], shapes[k], dtype});
+    for (size_t k = 0; k < 4; ++k) {
+      r.spec.losses.push_back(
+          {fmt::format("loss{}_{}", i, detail::shapeName(shapes[k])), model.programs[k], shapes[k], dtype});
+      r.symbols.push_back(r.spec.losses.back().symbol);
+    }
   }
+  r.spec.sumKernel = "add_partials";
+  r.symbols.push_back(r.spec.sumKernel);
   return r;
 }
 
@@ -92,13 +109,16 @@ TEST_CASE("PTX for every op, built-in and kernel kind assembles with ptxas for s
       CAPTURE(std::string(to_string(dtype)));
       Requests r = allKernels(dtype);
       detail::CompileStats stats;
-      auto ptx = detail::compilePtx(r.list, {.arch = arch}, &stats);
+      auto ptx = detail::compilePtx(r.spec, {.arch = arch}, &stats);
       INFO((ptx ? std::string() : ptx.error().message()));
       REQUIRE(ptx.has_value());
       CHECK(ptx->find(".target " + std::string(arch)) != std::string::npos);
       CHECK(ptx->find("__nv_") == std::string::npos); // libdevice linked in, nothing left unresolved
-      for (const auto &req : r.list)
-        CHECK(ptx->find(".entry " + req.symbol) != std::string::npos);
+      for (const std::string &symbol : r.symbols)
+        CHECK(ptx->find(".entry " + symbol + "(") != std::string::npos);
+      // One warp-shuffle tree per summing kernel; no atomics anywhere.
+      CHECK(ptx->find("shfl.sync.down.b32") != std::string::npos);
+      CHECK(ptx->find("atom.") == std::string::npos);
       auto file = dir / fmt::format("kernels_{}_{}.ptx", to_string(dtype), arch);
       std::ofstream(file) << *ptx;
       std::string cmd = fmt::format("{} -arch={} {} -o {} 2>&1", HSNN_PTXAS, arch, file.string(), (dir / "out.cubin").string());
@@ -118,7 +138,7 @@ TEST_CASE("PTX for every op, built-in and kernel kind assembles with ptxas for s
 
 TEST_CASE("a bad GPU architecture is a clear error") {
   Requests r;
-  auto ptx = detail::compilePtx(r.list, {.arch = "gfx90a"});
+  auto ptx = detail::compilePtx(r.spec, {.arch = "gfx90a"});
   REQUIRE_FALSE(ptx);
   CHECK(ptx.error().message() == "GPU architecture 'gfx90a' is not of the form sm_XY");
 }

@@ -1,0 +1,256 @@
+//===- lib/CodeGen/GpuKernels.cpp - Layer and loss kernels for NVPTX ------===//
+//
+// The same element lowering as the CPU loops, wrapped for the GPU:
+// - a layer is one launch whatever its node count; each element looks up its
+//   node's program (a switch that is uniform per block in nodes-major, where
+//   the y grid dimension is the node) and its constants;
+// - loss sums are reduced without atomics: each thread sums its grid-stride
+//   share, the warp adds those with shuffles in a fixed tree, lane 0 writes
+//   one partial, and a one-warp kernel adds the partials in a fixed order.
+//   No barriers or shared memory are needed, and the bits are the same on
+//   every run (the launch shape depends only on the kernel and n).
+//===----------------------------------------------------------------------===//
+#include "IREmitter.h"
+#include "Lowering.h"
+
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Module.h>
+
+namespace hsnn::detail {
+namespace {
+
+using namespace llvm;
+
+constexpr unsigned kWarp = 32;
+
+class GpuKernelBuilder {
+public:
+  GpuKernelBuilder(Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o), lowering_(m, o) {}
+
+  llvm::Error layer(const GpuLayerKernel &k) {
+    Type *t = elementType(k.dtype);
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_),
+                                                 {ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false));
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    for (unsigned readOnly : {4u, 5u, 6u})
+      f->addParamAttr(readOnly, Attribute::ReadOnly);
+    Value *batch = f->getArg(7), *nodes = f->getArg(8), *firstNode = f->getArg(9);
+    bool nodesMajor = k.layout == Layout::NodesMajor;
+
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
+               *latch = BasicBlock::Create(ctx_, "latch", f), *exit = BasicBlock::Create(ctx_, "exit", f);
+    IRBuilder<> b(entry);
+    if (opt_.fastMath)
+      b.setFastMathFlags(FastMathFlags::getFast());
+    auto [start, step] = gridStride(b);
+    Value *total = nodesMajor ? batch : b.CreateMul(batch, nodes);
+    Value *node0 = nodesMajor ? b.CreateAdd(firstNode, sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_y))
+                              : b.CreateURem(start, nodes);
+    // Batch-major: element i belongs to node i % nodes, advanced without a
+    // division per element.
+    Value *stepNodes = nodesMajor ? nullptr : b.CreateURem(step, nodes);
+    b.CreateCondBr(b.CreateICmpSLT(start, total), loop, exit);
+
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(start, entry);
+    PHINode *nodePhi = nodesMajor ? nullptr : b.CreatePHI(i64, 2, "node");
+    if (nodePhi)
+      nodePhi->addIncoming(node0, entry);
+    Value *node = nodesMajor ? node0 : nodePhi;
+    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
+    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
+    Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
+    Value *at = nodesMajor ? b.CreateAdd(b.CreateMul(node, batch), i) : i;
+    SwitchInst *sw = b.CreateSwitch(unit, latch, unsigned(k.units.size()));
+    for (size_t u = 0; u < k.units.size(); ++u) {
+      BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, latch);
+      sw->addCase(b.getInt32(uint32_t(u)), body);
+      b.SetInsertPoint(body);
+      std::vector<Value *> slot;
+      lowering_.constants(b, *k.units[u], params, t, slot);
+      if (auto r = lowering_.element(b, k.shape, *k.units[u], slot, ElementIO{f, at, t, 0}, nullptr); !r)
+        return r.takeError();
+      b.CreateBr(latch);
+    }
+
+    b.SetInsertPoint(latch);
+    Value *next = b.CreateAdd(i, step, "i.next", true, true);
+    i->addIncoming(next, latch);
+    if (nodePhi) {
+      Value *n1 = b.CreateAdd(nodePhi, stepNodes);
+      nodePhi->addIncoming(b.CreateSelect(b.CreateICmpUGE(n1, nodes), b.CreateSub(n1, nodes), n1), latch);
+    }
+    b.CreateCondBr(b.CreateICmpSLT(next, total), loop, exit);
+    b.SetInsertPoint(exit);
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+  llvm::Error loss(const KernelRequest &r) {
+    Type *t = elementType(r.dtype);
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = kernel(r.symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, i64, t, ptr}, false));
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    f->addParamAttr(3, Attribute::ReadOnly);
+    Value *n = f->getArg(4);
+    bool sums = r.shape == KernelShape::LossReduce || r.shape == KernelShape::LossFused;
+
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
+               *exit = BasicBlock::Create(ctx_, "exit", f);
+    IRBuilder<> b(entry);
+    if (opt_.fastMath)
+      b.setFastMathFlags(FastMathFlags::getFast());
+    std::vector<Value *> slot;
+    lowering_.constants(b, *r.program, f->getArg(3), t, slot);
+    auto [start, step] = gridStride(b);
+    b.CreateCondBr(b.CreateICmpSLT(start, n), loop, exit);
+
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(start, entry);
+    PHINode *acc = nullptr;
+    if (sums) {
+      acc = b.CreatePHI(b.getDoubleTy(), 2, "sum");
+      acc->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
+    }
+    auto accNext = lowering_.element(b, r.shape, *r.program, slot, ElementIO{f, i, t, 5}, acc);
+    if (!accNext)
+      return accNext.takeError();
+    Value *next = b.CreateAdd(i, step, "i.next", true, true);
+    i->addIncoming(next, loop);
+    if (acc)
+      acc->addIncoming(*accNext, loop);
+    b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
+
+    b.SetInsertPoint(exit);
+    if (sums) {
+      PHINode *mine = b.CreatePHI(b.getDoubleTy(), 2, "mine");
+      mine->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
+      mine->addIncoming(*accNext, loop);
+      storeWarpSum(b, f, mine, f->getArg(6), b.CreateUDiv(start, b.getInt64(kWarp)));
+    }
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+  /// SUM(partials, count, result), launched as one warp: lane l adds
+  /// partials l, l + 32, ... in order, then the warp adds the lanes.
+  llvm::Error sum(const std::string &symbol) {
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
+    auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, i64, ptr}, false));
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    f->addParamAttr(0, Attribute::ReadOnly);
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
+               *exit = BasicBlock::Create(ctx_, "exit", f);
+    IRBuilder<> b(entry);
+    Value *lane = sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), *count = f->getArg(1);
+    b.CreateCondBr(b.CreateICmpSLT(lane, count), loop, exit);
+    b.SetInsertPoint(loop);
+    PHINode *k = b.CreatePHI(i64, 2, "k");
+    PHINode *acc = b.CreatePHI(f64, 2, "sum");
+    k->addIncoming(lane, entry);
+    acc->addIncoming(ConstantFP::get(f64, 0.0), entry);
+    Value *accNext = b.CreateFAdd(acc, b.CreateLoad(f64, b.CreateInBoundsGEP(f64, f->getArg(0), k)));
+    Value *kNext = b.CreateAdd(k, b.getInt64(kWarp));
+    k->addIncoming(kNext, loop);
+    acc->addIncoming(accNext, loop);
+    b.CreateCondBr(b.CreateICmpSLT(kNext, count), loop, exit);
+    b.SetInsertPoint(exit);
+    PHINode *mine = b.CreatePHI(f64, 2, "mine");
+    mine->addIncoming(ConstantFP::get(f64, 0.0), entry);
+    mine->addIncoming(accNext, loop);
+    storeWarpSum(b, f, mine, f->getArg(2), b.getInt64(0));
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+private:
+  Type *elementType(DType d) { return d == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_); }
+
+  Value *sreg(IRBuilder<> &b, Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); }
+
+  /// The global thread id along x, and the grid's thread count along x.
+  std::pair<Value *, Value *> gridStride(IRBuilder<> &b) {
+    Value *ntid = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    Value *start = b.CreateAdd(b.CreateMul(sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid),
+                               sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x));
+    return {start, b.CreateMul(ntid, sreg(b, Intrinsic::nvvm_read_ptx_sreg_nctaid_x))};
+  }
+
+  llvm::Expected<Function *> kernel(const std::string &symbol, FunctionType *fty) {
+    if (m_.getFunction(symbol))
+      return make_error<StringError>("duplicate kernel symbol " + symbol, inconvertibleErrorCode());
+    Function *f = Function::Create(fty, Function::ExternalLinkage, symbol, m_);
+    f->setDoesNotThrow();
+    markArraysNoAlias(*f);
+    Metadata *md[] = {ValueAsMetadata::get(f), MDString::get(ctx_, "kernel"), ConstantAsMetadata::get(
+                                                                                   ConstantInt::get(Type::getInt32Ty(ctx_), 1))};
+    m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
+    return f;
+  }
+
+  /// v shifted down `delta` lanes across the warp (a double is two 32-bit
+  /// shuffles). Every lane of the warp must take part.
+  Value *shuffleDown(IRBuilder<> &b, Value *v, unsigned delta) {
+    Value *bits = b.CreateBitCast(v, b.getInt64Ty());
+    auto shfl = [&](Value *half) {
+      // clamp operand 0x1f: the whole warp is one segment.
+      return b.CreateIntrinsic(Intrinsic::nvvm_shfl_sync_down_i32, {},
+                               {b.getInt32(0xffffffffu), half, b.getInt32(delta), b.getInt32(0x1f)});
+    };
+    Value *lo = shfl(b.CreateTrunc(bits, b.getInt32Ty()));
+    Value *hi = shfl(b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()));
+    Value *joined = b.CreateOr(b.CreateShl(b.CreateZExt(hi, b.getInt64Ty()), 32), b.CreateZExt(lo, b.getInt64Ty()));
+    return b.CreateBitCast(joined, b.getDoubleTy());
+  }
+
+  /// Adds v across the warp (lane l gets l + 16, then + 8, ...: a fixed
+  /// tree) and has lane 0 store the total at dst[index].
+  void storeWarpSum(IRBuilder<> &b, Function *f, Value *v, Value *dst, Value *index) {
+    for (unsigned delta = kWarp / 2; delta > 0; delta /= 2)
+      v = b.CreateFAdd(v, shuffleDown(b, v, delta));
+    BasicBlock *store = BasicBlock::Create(ctx_, "lane0", f), *done = BasicBlock::Create(ctx_, "done", f);
+    Value *lane = b.CreateAnd(sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), b.getInt64(kWarp - 1));
+    b.CreateCondBr(b.CreateICmpEQ(lane, b.getInt64(0)), store, done);
+    b.SetInsertPoint(store);
+    b.CreateStore(v, b.CreateInBoundsGEP(b.getDoubleTy(), dst, index));
+    b.CreateBr(done);
+    b.SetInsertPoint(done);
+  }
+
+  Module &m_;
+  LLVMContext &ctx_;
+  const EmitOptions &opt_;
+  ElementLowering lowering_;
+};
+
+} // namespace
+
+llvm::Error emitGpuKernels(Module &module, const GpuModuleSpec &spec, const EmitOptions &options) {
+  if (!options.gpu)
+    return make_error<StringError>("GPU kernels need EmitOptions::gpu", inconvertibleErrorCode());
+  GpuKernelBuilder kb(module, options);
+  for (const GpuLayerKernel &k : spec.layers)
+    if (llvm::Error e = kb.layer(k))
+      return e;
+  for (const KernelRequest &r : spec.losses) {
+    if (!isLossShape(r.shape))
+      return make_error<StringError>("GPU kernel " + r.symbol + " is not a loss kernel", inconvertibleErrorCode());
+    if (llvm::Error e = kb.loss(r))
+      return e;
+  }
+  if (!spec.sumKernel.empty())
+    if (llvm::Error e = kb.sum(spec.sumKernel))
+      return e;
+  return llvm::Error::success();
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,220 @@
+//===- lib/CodeGen/Lowering.cpp - One Program's instructions as IR --------===//
+//
+// No fast-math flags and no contraction unless asked, so results match the
+// interpreter. Math calls carry "vector-function-abi-variant" so that
+// libmvec's vector versions are used when a CPU loop is vectorized; on the
+// GPU they are libdevice's __nv_* functions.
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include <llvm/ADT/StringExtras.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Transforms/Utils/ModuleUtils.h>
+
+#include <cmath>
+#include <fmt/format.h>
+
+namespace hsnn::detail {
+
+using namespace llvm;
+
+void ElementLowering::constants(IRBuilder<> &b, const Program &p, Value *params, Type *t, std::vector<Value *> &slot) {
+  slot.assign(p.code.size(), nullptr);
+  for (size_t i = 0; i < p.code.size(); ++i) {
+    const Instr &in = p.code[i];
+    if (in.op == Op::Number)
+      slot[i] = in.isBool ? ConstantInt::getBool(ctx_, in.number != 0) : ConstantFP::get(t, in.number);
+    else if (in.op == Op::Param) {
+      Value *addr = b.CreateConstInBoundsGEP1_64(b.getDoubleTy(), params, in.param);
+      Value *v = b.CreateLoad(b.getDoubleTy(), addr, "param");
+      slot[i] = t->isFloatTy() ? b.CreateFPTrunc(v, t) : v;
+    }
+  }
+}
+
+llvm::Error ElementLowering::evaluate(IRBuilder<> &b, const Program &p, std::vector<Value *> &slot,
+                                      Value *const vars[3], Type *t) {
+  for (size_t i = 0; i < p.code.size(); ++i)
+    if (!slot[i]) {
+      llvm::Expected<Value *> v = lower(b, p, p.code[i], slot, vars, t);
+      if (!v)
+        return v.takeError();
+      slot[i] = *v;
+    }
+  return llvm::Error::success();
+}
+
+void markArraysNoAlias(Function &fn) {
+  for (unsigned i = 0; i < fn.arg_size(); ++i)
+    if (fn.getArg(i)->getType()->isPointerTy()) {
+      fn.addParamAttr(i, Attribute::NoCapture);
+      fn.addParamAttr(i, Attribute::NoAlias);
+    }
+}
+
+llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelShape shape, const Program &p,
+                                                 std::vector<Value *> &slot, const ElementIO &io, Value *acc) {
+  Type *t = io.t;
+  auto load = [&](unsigned arg) { return b.CreateLoad(t, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
+  auto store = [&](Value *v, unsigned arg) { b.CreateStore(v, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
+  Value *vars[3] = {nullptr, nullptr, nullptr};
+  if (isLossShape(shape)) {
+    vars[size_t(Variable::YPred)] = load(0);
+    vars[size_t(Variable::YTrue)] = load(1);
+  } else {
+    vars[size_t(Variable::Num)] = load(0);
+  }
+  if (llvm::Error e = evaluate(b, p, slot, vars, t))
+    return e;
+  auto out = [&](size_t k) { return slot[p.outputs[k]]; };
+  switch (shape) {
+  case KernelShape::ActivationForward:
+  case KernelShape::LossElements:
+    store(out(0), 2);
+    return nullptr;
+  case KernelShape::ActivationBackward:
+    store(b.CreateFMul(load(1), out(0)), 2);
+    return nullptr;
+  case KernelShape::ActivationFused:
+    store(out(0), 2);
+    store(out(1), 3);
+    return nullptr;
+  case KernelShape::LossReduce:
+    return addToSum(b, acc, out(0), t);
+  case KernelShape::LossGradient:
+    store(b.CreateFMul(out(0), io.fn->getArg(io.scaleArg)), 2);
+    return nullptr;
+  case KernelShape::LossFused:
+    store(b.CreateFMul(out(1), io.fn->getArg(io.scaleArg)), 2);
+    return addToSum(b, acc, out(0), t);
+  }
+  return nullptr;
+}
+
+Value *ElementLowering::addToSum(IRBuilder<> &b, Value *acc, Value *v, Type *t) {
+  Value *wide = t->isFloatTy() ? b.CreateFPExt(v, b.getDoubleTy()) : v;
+  auto *add = cast<Instruction>(b.CreateFAdd(acc, wide, "sum.next"));
+  FastMathFlags fmf = add->getFastMathFlags();
+  fmf.setAllowReassoc();
+  add->setFastMathFlags(fmf);
+  return add;
+}
+
+llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p, const Instr &in,
+                                             const std::vector<Value *> &slot, Value *const vars[3], Type *t) {
+  auto ops = p.operands(in);
+  auto arg = [&](size_t k) { return slot[ops[k]]; };
+  auto fp = [&](double v) { return ConstantFP::get(t, v); };
+  switch (in.op) {
+  case Op::Var:
+    if (!vars[size_t(in.var)])
+      return make_error<StringError>(fmt::format("variable '{}' is not available in this kernel",
+                                                 variableName(in.var)),
+                                     inconvertibleErrorCode());
+    return vars[size_t(in.var)];
+  case Op::Add: return b.CreateFAdd(arg(0), arg(1));
+  case Op::Sub: return b.CreateFSub(arg(0), arg(1));
+  case Op::Mul: return b.CreateFMul(arg(0), arg(1));
+  case Op::Div: return b.CreateFDiv(arg(0), arg(1));
+  case Op::Neg: return b.CreateFNeg(arg(0));
+  case Op::Lt: return b.CreateFCmpOLT(arg(0), arg(1));
+  case Op::Le: return b.CreateFCmpOLE(arg(0), arg(1));
+  case Op::Gt: return b.CreateFCmpOGT(arg(0), arg(1));
+  case Op::Ge: return b.CreateFCmpOGE(arg(0), arg(1));
+  case Op::Eq: return b.CreateFCmpOEQ(arg(0), arg(1));
+  case Op::Ne: return b.CreateFCmpUNE(arg(0), arg(1));
+  case Op::And: return b.CreateAnd(arg(0), arg(1));
+  case Op::Or: return b.CreateOr(arg(0), arg(1));
+  case Op::Not: return b.CreateNot(arg(0));
+  case Op::Piecewise: {
+    // First true condition wins: select from the default back to the front.
+    Value *v = arg(ops.size() - 1);
+    for (int k = int(ops.size()) - 3; k >= 0; k -= 2)
+      v = b.CreateSelect(arg(k + 1), arg(k), v);
+    return v;
+  }
+  case Op::Max:
+  case Op::Min: {
+    Value *a = arg(0), *c = arg(1);
+    Value *pick = in.op == Op::Max ? b.CreateFCmpOGE(a, c) : b.CreateFCmpOLE(a, c);
+    return b.CreateSelect(b.CreateFCmpUNO(a, c), fp(std::nan("")), b.CreateSelect(pick, a, c));
+  }
+  case Op::Heaviside:
+    return b.CreateSelect(b.CreateFCmpOGT(arg(0), fp(0)), fp(1),
+                          b.CreateSelect(b.CreateFCmpOLE(arg(0), fp(0)), fp(0), arg(0)));
+  case Op::Sign:
+    return b.CreateSelect(b.CreateFCmpOGT(arg(0), fp(0)), fp(1),
+                          b.CreateSelect(b.CreateFCmpOLT(arg(0), fp(0)), fp(-1), arg(0)));
+  case Op::Sigmoid: {
+    Value *a = arg(0);
+    Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
+    Value *den = b.CreateFAdd(fp(1), e);
+    return b.CreateSelect(b.CreateFCmpOGE(a, fp(0)), b.CreateFDiv(fp(1), den), b.CreateFDiv(e, den));
+  }
+  case Op::Softplus: {
+    Value *a = arg(0);
+    Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
+    Value *pos = b.CreateSelect(b.CreateFCmpOGT(a, fp(0)), a, fp(0));
+    return b.CreateFAdd(pos, callMath(b, "log1p", {e}, t));
+  }
+  default:
+    break;
+  }
+  std::string_view libm = opInfo(in.op).libm;
+  if (libm.empty())
+    return make_error<StringError>(fmt::format("no lowering for op {}", opInfo(in.op).name), inconvertibleErrorCode());
+  std::vector<Value *> args;
+  for (size_t k = 0; k < ops.size(); ++k)
+    args.push_back(arg(k));
+  return callMath(b, libm, args, t);
+}
+
+// An LLVM intrinsic ("llvm.fabs") or a libm function ("exp" -> exp/expf),
+// the latter marked pure and offered with its vector variants.
+Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef<Value *> args, Type *t) {
+  if (base.starts_with("llvm.")) {
+    Intrinsic::ID id = Function::lookupIntrinsicID(StringRef(base.data(), base.size()));
+    return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
+  }
+  // libdevice names its functions __nv_exp, __nv_expf, ...
+  std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (t->isFloatTy() ? "f" : "");
+  SmallVector<Type *, 2> params(args.size(), t);
+  FunctionCallee callee = m_.getOrInsertFunction(name, FunctionType::get(t, params, false));
+  auto *decl = cast<Function>(callee.getCallee());
+  decl->setDoesNotAccessMemory();
+  decl->setDoesNotThrow();
+  decl->setWillReturn();
+  CallInst *call = b.CreateCall(callee, args);
+  call->setDoesNotAccessMemory();
+  std::string variants = vectorVariants(name, args.size(), t);
+  if (!variants.empty())
+    call->addFnAttr(Attribute::get(ctx_, "vector-function-abi-variant", variants));
+  return call;
+}
+
+std::string ElementLowering::vectorVariants(const std::string &name, size_t arity, Type *t) {
+  if (!opt_.hasVectorVariant)
+    return "";
+  std::vector<std::string> mappings;
+  for (char isa : opt_.vectorISAs) {
+    unsigned bits = isa == 'e' ? 512 : isa == 'd' ? 256 : 128;
+    unsigned lanes = bits / t->getPrimitiveSizeInBits();
+    std::string vs(arity, 'v');
+    std::string vname = fmt::format("_ZGV{}N{}{}_{}", isa, lanes, vs, name);
+    if (!opt_.hasVectorVariant(vname))
+      continue;
+    if (!m_.getFunction(vname)) {
+      auto *vt = FixedVectorType::get(t, lanes);
+      SmallVector<Type *, 2> params(arity, vt);
+      Function *vf = Function::Create(FunctionType::get(vt, params, false), Function::ExternalLinkage, vname, m_);
+      vf->setDoesNotAccessMemory();
+      vf->setDoesNotThrow();
+      appendToCompilerUsed(m_, {vf});
+    }
+    mappings.push_back(fmt::format("_ZGV_LLVM_N{}{}_{}({})", lanes, vs, name, vname));
+  }
+  return join(mappings, ",");
+}
+
+} // namespace hsnn::detail

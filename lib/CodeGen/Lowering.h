@@ -1,0 +1,68 @@
+//===- lib/CodeGen/Lowering.h - One Program's instructions as IR -*- C++ -*-===//
+//
+// Shared by the CPU loops (IREmitter.cpp) and the GPU kernels
+// (GpuKernels.cpp): the op table's lowering of each instruction, with the
+// same IEEE operations, in the same order, as the interpreter. Internal to
+// lib/CodeGen (it includes LLVM headers).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "IREmitter.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/Error.h>
+
+#include <string>
+#include <vector>
+
+namespace hsnn::detail {
+
+/// Where one element's inputs come from and its outputs go: the kernel's
+/// array arguments in KernelSpec.h's order (activation z, err, out0, out1;
+/// loss yPred, yTrue, out), at element index `at`.
+struct ElementIO {
+  llvm::Function *fn = nullptr;
+  llvm::Value *at = nullptr;
+  llvm::Type *t = nullptr;
+  unsigned scaleArg = 0; ///< Loss kernels: the argument holding `scale`.
+};
+
+/// noalias + nocapture on every pointer argument: arrays may be the same
+/// array (in place) but never partially overlap.
+void markArraysNoAlias(llvm::Function &fn);
+
+class ElementLowering {
+public:
+  ElementLowering(llvm::Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o) {}
+
+  /// Fills `slot` (one value per instruction) with the program's numbers and
+  /// constants, the latter loaded from `params` (a double array).
+  void constants(llvm::IRBuilder<> &b, const Program &p, llvm::Value *params, llvm::Type *t,
+                 std::vector<llvm::Value *> &slot);
+  /// Lowers every instruction `slot` does not hold yet. `vars` are the
+  /// element's variables, indexed by Variable (null: not in this kernel).
+  llvm::Error evaluate(llvm::IRBuilder<> &b, const Program &p, std::vector<llvm::Value *> &slot,
+                       llvm::Value *const vars[3], llvm::Type *t);
+  /// One element of a kernel of `shape` (KernelSpec.h's semantics): loads
+  /// the inputs, evaluates (slot holds the constants), stores the outputs.
+  /// Returns acc plus the element's loss for summing shapes, else null.
+  llvm::Expected<llvm::Value *> element(llvm::IRBuilder<> &b, KernelShape shape, const Program &p,
+                                        std::vector<llvm::Value *> &slot, const ElementIO &io, llvm::Value *acc);
+  /// acc + v in double, reassociable (so a CPU loop vectorizes); the order
+  /// is still fixed by the code, so sums stay deterministic.
+  llvm::Value *addToSum(llvm::IRBuilder<> &b, llvm::Value *acc, llvm::Value *v, llvm::Type *t);
+
+private:
+  llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
+                                      const std::vector<llvm::Value *> &slot, llvm::Value *const vars[3], llvm::Type *t);
+  llvm::Value *callMath(llvm::IRBuilder<> &b, std::string_view base, llvm::ArrayRef<llvm::Value *> args, llvm::Type *t);
+  std::string vectorVariants(const std::string &name, size_t arity, llvm::Type *t);
+
+  llvm::Module &m_;
+  llvm::LLVMContext &ctx_;
+  const EmitOptions &opt_;
+};
+
+} // namespace hsnn::detail
