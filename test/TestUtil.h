@@ -20,6 +20,14 @@
     REQUIRE_FALSE(static_cast<bool>(err_));                                                                  \
   } while (0)
 
+// The same for an Expected: REQUIRE it holds a value, showing the error otherwise.
+#define REQUIRE_OK_EXPECTED(expr)                                                                            \
+  do {                                                                                                       \
+    const auto &e_ = (expr);                                                                                 \
+    INFO((e_ ? std::string() : e_.error().message()));                                                       \
+    REQUIRE(e_.has_value());                                                                                 \
+  } while (0)
+
 namespace hsnn::test {
 
 /// Parses or fails the test with the diagnostic.

@@ -40,6 +40,16 @@ private:
   std::string backend_;
 };
 
+/// An ordered queue of work on one device (a CUDA stream).
+class Stream {
+public:
+  virtual ~Stream() = default;
+  /// The backend it belongs to ("cuda:0", ...).
+  virtual std::string backend() const = 0;
+  /// Waits until everything queued on the stream has finished.
+  virtual Error synchronize() = 0;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -57,6 +67,15 @@ public:
   virtual Expected<MemoryInfo> memoryInfo() const = 0;
   /// "async", "streams", "shared_memory".
   virtual bool supportsFeature(std::string_view feature) const = 0;
+
+  /// A new stream; an error on backends without streams (the CPU).
+  virtual Expected<std::shared_ptr<Stream>> createStream();
+  /// Queue a copy on `stream` and return (supportsFeature("async")); the
+  /// host memory must stay untouched until stream.synchronize(). From memory
+  /// that is not page-locked the driver may copy before returning. Backends
+  /// without streams copy synchronously.
+  virtual Error toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &stream);
+  virtual Error toHostAsync(void *host, const DeviceBuffer &src, size_t bytes, size_t offset, Stream &stream);
 };
 
 /// "auto" (the best available), "cpu", "cuda" (device 0) or "cuda:N".

@@ -1,8 +1,8 @@
 //===- lib/CUDA/CudaBackend.cpp - Device memory on an NVIDIA GPU ----------===//
 //
 // One primary context per device (retained once per process), made current
-// on the calling thread before each driver call (driver state is per thread). Synchronous copies; kernels are not launched from here.
-// Not yet exercised on a GPU: no device was available when it was written.
+// on the calling thread before each driver call (driver state is per thread).
+// Streams are non-blocking CUDA streams; async copies go on them.
 //===----------------------------------------------------------------------===//
 #include "CudaBackend.h"
 
@@ -13,6 +13,33 @@
 
 namespace hsnn::detail {
 namespace {
+
+constexpr unsigned kStreamNonBlocking = 1;
+
+class CudaStream final : public Stream {
+public:
+  CudaStream(const CudaDriver &d, std::string backend, CUcontext ctx, CUstream s)
+      : d_(d), backend_(std::move(backend)), ctx_(ctx), stream_(s) {}
+  ~CudaStream() override {
+    if (!d_.cuCtxSetCurrent(ctx_))
+      d_.cuStreamDestroy(stream_);
+  }
+  std::string backend() const override { return backend_; }
+  Error synchronize() override {
+    if (CUresult r = d_.cuCtxSetCurrent(ctx_))
+      return Error(ErrorCode::Unsupported, fmt::format("cuCtxSetCurrent on {} failed: {}", backend_, d_.errorString(r)));
+    if (CUresult r = d_.cuStreamSynchronize(stream_))
+      return Error(ErrorCode::Unsupported, fmt::format("cuStreamSynchronize on {} failed: {}", backend_, d_.errorString(r)));
+    return Error::success();
+  }
+  CUstream get() const { return stream_; }
+
+private:
+  const CudaDriver &d_;
+  std::string backend_;
+  CUcontext ctx_;
+  CUstream stream_;
+};
 
 class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
 public:
@@ -76,7 +103,45 @@ public:
     return f == "async" || f == "streams" || f == "shared_memory";
   }
 
+  Expected<std::shared_ptr<Stream>> createStream() override {
+    if (Error e = current())
+      return e;
+    CUstream s = nullptr;
+    if (CUresult r = d_.cuStreamCreate(&s, kStreamNonBlocking))
+      return fail("cuStreamCreate", r);
+    return std::shared_ptr<Stream>(std::make_shared<CudaStream>(d_, name(), ctx_, s));
+  }
+
+  Error toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &stream) override {
+    auto s = ours(stream);
+    if (!s)
+      return s.takeError();
+    if (Error e = check(dst, host, bytes, offset))
+      return e;
+    if (CUresult r = d_.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst.data()) + offset, host, bytes, *s))
+      return fail("cuMemcpyHtoDAsync", r);
+    return Error::success();
+  }
+
+  Error toHostAsync(void *host, const DeviceBuffer &src, size_t bytes, size_t offset, Stream &stream) override {
+    auto s = ours(stream);
+    if (!s)
+      return s.takeError();
+    if (Error e = check(src, host, bytes, offset))
+      return e;
+    if (CUresult r = d_.cuMemcpyDtoHAsync(host, reinterpret_cast<CUdeviceptr>(src.data()) + offset, bytes, *s))
+      return fail("cuMemcpyDtoHAsync", r);
+    return Error::success();
+  }
+
 private:
+  Expected<CUstream> ours(Stream &stream) const {
+    auto *s = dynamic_cast<CudaStream *>(&stream);
+    if (!s || s->backend() != name())
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("stream belongs to backend {}, not {}", stream.backend(), name()));
+    return s->get();
+  }
   Error current() const {
     if (CUresult r = d_.cuCtxSetCurrent(ctx_))
       return fail("cuCtxSetCurrent", r);

@@ -206,6 +206,8 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   auto method = resolveMethod(options.method);
   if (!method)
     return method.takeError();
+  if (Error e = detail::checkGpuId(*method, options.gpuId))
+    return e;
 
   auto t0 = Clock::now();
   std::vector<Diagnostic> diags;

@@ -86,6 +86,18 @@ private:
 
 } // namespace
 
+Expected<std::shared_ptr<Stream>> Backend::createStream() {
+  return Error(ErrorCode::Unsupported, fmt::format("backend {} has no streams", name()));
+}
+
+Error Backend::toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &) {
+  return toDevice(dst, host, bytes, offset);
+}
+
+Error Backend::toHostAsync(void *host, const DeviceBuffer &src, size_t bytes, size_t offset, Stream &) {
+  return toHost(host, src, bytes, offset);
+}
+
 Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec) {
   const RuntimeInfo &info = runtimeInfo();
   if (spec == "cpu" || (spec == "auto" && info.numGpus == 0)) {

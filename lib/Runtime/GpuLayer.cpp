@@ -202,7 +202,9 @@ Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType
   GpuModuleSpec spec;
   std::vector<std::string> names;
   for (size_t k = 0; k < 3; ++k) {
-    GpuLayerKernel kernel{fmt::format("hsnn_layer_{}", shapeName(KernelShape(k))), KernelShape(k), dtype, layout, {}};
+    GpuLayerKernel kernel{fmt::format("hsnn_layer_{}{}", shapeName(KernelShape(k)),
+                                      layout == Layout::BatchMajor ? "_batch_major" : ""),
+                          KernelShape(k), dtype, layout, {}};
     for (const auto &programs : units)
       kernel.units.push_back(programs[k]);
     names.push_back(kernel.symbol);
@@ -291,10 +293,11 @@ Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, cons
                                                    const std::vector<double> &params, CompileInfo *info) {
   static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
                                         KernelShape::LossFused};
+  static const char *names4[4] = {"elements", "sum", "gradient", "fused"};
   GpuModuleSpec spec;
   std::vector<std::string> names;
   for (size_t k = 0; k < 4; ++k) {
-    spec.losses.push_back({fmt::format("hsnn_loss_{}", shapeName(shapes[k])), programs[k], shapes[k], dtype});
+    spec.losses.push_back({fmt::format("hsnn_loss_{}", names4[k]), programs[k], shapes[k], dtype});
     names.push_back(spec.losses.back().symbol);
   }
   spec.sumKernel = "hsnn_loss_add_partials";
@@ -362,13 +365,25 @@ Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void
   return sum;
 }
 
-Error moveGpuCode(GpuCode *gpu, int id, const std::vector<double> &params, CompileInfo &info, const char *what) {
+namespace {
+Error outOfRange(int id) {
   const RuntimeInfo &rt = runtimeInfo();
-  if (id < 0 || id >= rt.numGpus)
-    return Error(ErrorCode::InvalidArgument,
-                 rt.numGpus ? fmt::format("GPU id {} is out of range: valid ids are 0..{}", id, rt.numGpus - 1)
-                            : fmt::format("GPU id {} is out of range: this machine has no usable GPU ({})", id,
-                                          rt.gpuUnavailableReason));
+  return Error(ErrorCode::InvalidArgument,
+               rt.numGpus ? fmt::format("GPU id {} is out of range: valid ids are 0..{}", id, rt.numGpus - 1)
+                          : fmt::format("GPU id {} is out of range: this machine has no usable GPU ({})", id,
+                                        rt.gpuUnavailableReason));
+}
+} // namespace
+
+Error checkGpuId(Method method, int gpuId) {
+  if (method == Method::Cuda && (gpuId < 0 || gpuId >= runtimeInfo().numGpus))
+    return outOfRange(gpuId);
+  return Error::success();
+}
+
+Error moveGpuCode(GpuCode *gpu, int id, const std::vector<double> &params, CompileInfo &info, const char *what) {
+  if (id < 0 || id >= runtimeInfo().numGpus)
+    return outOfRange(id);
   if (!gpu)
     return Error(ErrorCode::InvalidArgument,
                  fmt::format("this {} runs on the CPU ({}); compile it with method cuda to run it on a GPU", what,

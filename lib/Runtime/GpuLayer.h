@@ -90,6 +90,11 @@ private:
   mutable DeviceMemory scratch_;
 };
 
+/// A gpuId option outside the devices is an error naming the valid range
+/// when the code is to run on a GPU (a wrong id is a mistake to report, not
+/// a reason to fall back to the CPU).
+Error checkGpuId(Method method, int gpuId);
+
 /// setGpuId for layers and losses: the id's range is checked first (so a bad
 /// id reads the same whatever the method), then that the code runs on a GPU.
 Error moveGpuCode(GpuCode *gpu, int id, const std::vector<double> &params, CompileInfo &info, const char *what);

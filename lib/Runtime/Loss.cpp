@@ -192,6 +192,8 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   auto method = resolveMethod(options.method);
   if (!method)
     return method.takeError();
+  if (Error e = detail::checkGpuId(*method, options.gpuId))
+    return e;
   auto parsed = parseFormulaDetailed(*impl->ctx, text, {FormulaMode::Loss});
   if (auto *d = std::get_if<Diagnostic>(&parsed))
     return toError({*d});

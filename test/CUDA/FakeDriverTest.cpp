@@ -1,0 +1,431 @@
+//===- test/CUDA/FakeDriverTest.cpp - The GPU engine against a stand-in driver ---===//
+//
+// Runs with HSNN_CUDA_LIBRARY pointing at FakeDriver.cpp's library, which
+// reports four devices (compute capability 9.0, 9.0, 8.0 and 10.0), keeps
+// "device" memory in host memory and runs no kernel. What this checks is
+// everything around the kernels: devices, contexts, memory and streams,
+// module loading and linking (with ptxas on the exact PTX when available),
+// launch shapes, the GPU cache, setGpuId, driver-version errors, and that
+// nothing leaks. Kernel results are checked on a real GPU by GpuTest.cpp.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "hsnn/Backend.h"
+#include "hsnn/Cache.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+#ifndef HSNN_PTXAS
+#define HSNN_PTXAS ""
+#endif
+
+namespace {
+
+// Before anything opens the driver: the fake one, with four devices (the
+// environment may override the driver version, as fake_cuda_old_driver does).
+const bool kFakeDriverConfigured = [] {
+  ::setenv("HSNN_CUDA_LIBRARY", HSNN_FAKE_CUDA_LIBRARY, 1);
+  ::setenv("HSNN_FAKE_CUDA_DEVICES", "9.0,9.0,8.0,10.0", 1);
+  if (*HSNN_PTXAS)
+    ::setenv("HSNN_FAKE_CUDA_PTXAS", HSNN_PTXAS, 0);
+  return true;
+}();
+
+// The fake driver's counters, from the copy the engine loaded.
+struct Fake {
+  void *lib = nullptr;
+  Fake() {
+    REQUIRE(kFakeDriverConfigured);
+    (void)runtimeInfo(); // the engine opens the driver first
+    lib = ::dlopen(HSNN_FAKE_CUDA_LIBRARY, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE_MESSAGE(lib, "the engine did not load the fake driver");
+  }
+  ~Fake() {
+    if (lib)
+      ::dlclose(lib);
+  }
+  int count(const char *what) const {
+    auto fn = reinterpret_cast<int (*)(const char *)>(::dlsym(lib, "hsnnFakeCudaCount"));
+    return fn(what);
+  }
+  std::string launches() const {
+    return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLaunches"))();
+  }
+  std::string lastTarget() const {
+    return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastTarget"))();
+  }
+  void clearLaunches() const { reinterpret_cast<void (*)()>(::dlsym(lib, "hsnnFakeCudaClearLaunches"))(); }
+};
+
+bool cudaMethodAvailable() {
+  const RuntimeInfo &info = runtimeInfo();
+  if (!info.gpuEnabled)
+    MESSAGE("skipped: the cuda method is unavailable in this build (" << info.gpuUnavailableReason << ")");
+  return info.gpuEnabled;
+}
+
+// A fresh, private cache directory for one test.
+struct TempCache {
+  std::filesystem::path dir;
+  std::unique_ptr<ScopedRuntimeFlags> flags;
+  explicit TempCache(bool enabled = true) {
+    dir = std::filesystem::temp_directory_path() / ("hsnn-fake-gpu-cache-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    RuntimeFlags f = runtimeFlags();
+    f.cacheDir = dir.string();
+    f.useKernelCache = enabled;
+    flags = std::make_unique<ScopedRuntimeFlags>(f);
+  }
+  ~TempCache() {
+    flags.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+std::vector<NodeSpec> threeNodes() {
+  return {{"relu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"relu", {}}};
+}
+
+} // namespace
+
+TEST_CASE("the fake driver is seen as four GPUs") {
+  Fake fake;
+  const RuntimeInfo &info = runtimeInfo();
+  REQUIRE(info.numGpus == 4);
+  CHECK(info.gpus[0].arch == "sm_90");
+  CHECK(info.gpus[2].arch == "sm_80");
+  CHECK(info.gpus[3].arch == "sm_100");
+  CHECK(info.gpus[1].name == "hsnn fake GPU (sm_90)");
+  CHECK(info.cudaDriverVersion == std::atoi(std::getenv("HSNN_FAKE_CUDA_DRIVER") ? std::getenv("HSNN_FAKE_CUDA_DRIVER")
+                                                                                  : "12040"));
+#if HSNN_HAS_NVPTX
+  CHECK(info.gpuEnabled);
+  CHECK(info.defaultMethod == Method::Cuda);
+#else
+  CHECK_FALSE(info.gpuEnabled);
+  CHECK(info.gpuUnavailableReason == "this build has no NVPTX code generator (HSNN_ENABLE_JIT=OFF)");
+#endif
+}
+
+TEST_CASE("cuda backends move memory, check every copy and free what they allocate") {
+  Fake fake;
+  int baseline = fake.count("live_allocations");
+  {
+    auto b0 = getBackend("cuda:0"), b1 = getBackend("cuda:1");
+    REQUIRE(b0);
+    REQUIRE(b1);
+    CHECK((*b1)->name() == "cuda:1");
+    CHECK((*b1)->isAvailable());
+    auto buf = (*b1)->allocate(1000, DType::F32);
+    REQUIRE(buf);
+    CHECK(buf->backend() == "cuda:1");
+    CHECK(fake.count("live_allocations") == baseline + 1);
+    std::vector<float> in(1000), out(1000);
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = float(i) * 0.5f;
+    REQUIRE_OK((*b1)->toDevice(*buf, in.data(), 4000));
+    REQUIRE_OK((*b1)->toHost(out.data(), *buf, 4000));
+    CHECK(in == out);
+    // Part of a buffer, at an offset.
+    REQUIRE_OK((*b1)->toHost(out.data(), *buf, 40, 400));
+    CHECK(out[0] == in[100]);
+    CHECK((*b1)->toDevice(*buf, in.data(), 4000, 4).message() ==
+          "copy of 4000 bytes at offset 4 overruns a buffer of 4000 bytes");
+    CHECK((*b0)->toDevice(*buf, in.data(), 4).message() == "buffer belongs to backend cuda:1, not cuda:0");
+    CHECK((*b1)->toDevice(*buf, nullptr, 4).message() == "null host pointer");
+
+    auto mem = (*b1)->memoryInfo();
+    REQUIRE(mem);
+    CHECK(mem->total == (size_t(1) << 30));
+    CHECK(mem->free <= mem->total);
+    for (const char *f : {"async", "streams", "shared_memory"})
+      CHECK((*b1)->supportsFeature(f));
+    CHECK_FALSE((*b1)->supportsFeature("tensor_cores"));
+
+    auto stream = (*b1)->createStream();
+    REQUIRE(stream);
+    CHECK((*stream)->backend() == "cuda:1");
+    int async = fake.count("async");
+    std::vector<float> back(1000);
+    REQUIRE_OK((*b1)->toDeviceAsync(*buf, in.data(), 4000, 0, **stream));
+    REQUIRE_OK((*b1)->toHostAsync(back.data(), *buf, 4000, 0, **stream));
+    REQUIRE_OK((*stream)->synchronize());
+    CHECK(back == in);
+    CHECK(fake.count("async") == async + 2);
+    CHECK((*b0)->toDeviceAsync(*buf, in.data(), 4, 0, **stream).message() ==
+          "stream belongs to backend cuda:1, not cuda:0");
+    REQUIRE_OK((*b1)->synchronize());
+  }
+  CHECK(fake.count("live_allocations") == baseline);
+  CHECK(fake.count("streams") == 0);
+
+  CHECK(getBackend("cuda:4").error().message() == "backend 'cuda:4': device 4 does not exist; valid devices are 0..3");
+  CHECK(getBackend("cuda:x").error().message() == "bad backend 'cuda:x': expected cuda:N with N a device number");
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  CHECK((*cpu)->createStream().error().message() == "backend cpu has no streams");
+  CHECK_FALSE((*cpu)->supportsFeature("streams"));
+}
+
+TEST_CASE("a cuda layer runs every node in one launch, in either layout") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  int allocations = fake.count("live_allocations"), modules = fake.count("live_modules");
+  {
+    auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+    REQUIRE_OK_EXPECTED(layer);
+    CHECK(layer->method() == Method::Cuda);
+    CHECK(layer->gpuId() == 0);
+    CHECK(fake.count("live_modules") == modules + 1);
+    std::vector<float> z(3 * 1000, 1.0f), a(z.size()), d(z.size()), err(z.size(), 1.0f);
+    fake.clearLaunches();
+    REQUIRE_OK(layer->forward(z.data(), a.data(), 1000));
+    // grid.y = 3 nodes; x: 8 blocks fill the fake device, so ceil(8 / 3).
+    CHECK(fake.launches() == "hsnn_layer_forward 3,3 256;");
+    fake.clearLaunches();
+    REQUIRE_OK(layer->backward(z.data(), err.data(), d.data(), 1000));
+    REQUIRE_OK(layer->fused(z.data(), a.data(), d.data(), 1000));
+    CHECK(fake.launches() == "hsnn_layer_backward 3,3 256;hsnn_layer_fused 3,3 256;");
+    fake.clearLaunches();
+    REQUIRE_OK(layer->forward(z.data(), a.data(), 0));
+    CHECK(fake.launches().empty());
+
+    // Device buffers: no copies, and buffers of another device are refused.
+    auto b0 = getBackend("cuda:0"), b1 = getBackend("cuda:1");
+    REQUIRE(b0);
+    REQUIRE(b1);
+    auto dz = (*b0)->allocate(3000, DType::F32), da = (*b0)->allocate(3000, DType::F32),
+         other = (*b1)->allocate(3000, DType::F32);
+    REQUIRE(dz);
+    REQUIRE(da);
+    REQUIRE(other);
+    int copies = fake.count("htod") + fake.count("dtoh");
+    fake.clearLaunches();
+    REQUIRE_OK(layer->forward(*dz, *da, 1000));
+    CHECK(fake.launches() == "hsnn_layer_forward 3,3 256;");
+    CHECK(fake.count("htod") + fake.count("dtoh") == copies);
+    CHECK(layer->forward(*dz, *other, 1000).message() == "buffer on backend cuda:1 given to a layer that runs on cuda:0");
+    CHECK(layer->forward(*dz, *da, 1001).message() ==
+          "buffer of 12000 bytes is smaller than the 12012 bytes of 3 x 1001 f32");
+
+    auto batchMajor = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .layout = Layout::BatchMajor});
+    REQUIRE_OK_EXPECTED(batchMajor);
+    fake.clearLaunches();
+    REQUIRE_OK(batchMajor->forward(z.data(), a.data(), 1000));
+    // 1-D over 3000 elements: ceil(3000 / 256) = 12 blocks, capped at 8.
+    CHECK(fake.launches() == "hsnn_layer_forward_batch_major 8,1 256;");
+  }
+  CHECK(fake.count("live_allocations") == allocations);
+  CHECK(fake.count("live_modules") == modules);
+}
+
+TEST_CASE("layers with more nodes than grid.y holds launch in chunks") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  std::vector<NodeSpec> nodes(70000, NodeSpec{"tanh", {}});
+  auto layer = ActivationLayer::compile(nodes, {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(layer);
+  std::vector<float> z(nodes.size()), a(nodes.size());
+  fake.clearLaunches();
+  REQUIRE_OK(layer->forward(z.data(), a.data(), 1));
+  CHECK(fake.launches() == "hsnn_layer_forward 1,65535 256;hsnn_layer_forward 1,4465 256;");
+}
+
+TEST_CASE("cuda losses reduce on the device: one launch, then one warp adds the partials") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  auto loss = Loss::compile("mse", {}, {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(loss);
+  CHECK(loss->method() == Method::Cuda);
+  std::vector<float> yp(100000, 1.0f), yt(100000, 0.0f), g(100000);
+  fake.clearLaunches();
+  auto value = loss->forward(yp.data(), yt.data(), 1000);
+  REQUIRE_OK_EXPECTED(value);
+  // The fake runs no kernel: its zeroed memory sums to 0.
+  CHECK(*value == 0.0);
+  CHECK(fake.launches() == "hsnn_loss_sum 4,1 256;hsnn_loss_add_partials 1,1 32;");
+  fake.clearLaunches();
+  REQUIRE_OK(loss->gradient(yp.data(), yt.data(), g.data(), 1000));
+  CHECK(fake.launches() == "hsnn_loss_gradient 4,1 256;");
+  fake.clearLaunches();
+  REQUIRE_OK_EXPECTED(loss->fused(yp.data(), yt.data(), g.data(), 100000));
+  // 100000 elements: 391 blocks wanted, 8 fill the device.
+  CHECK(fake.launches() == "hsnn_loss_fused 8,1 256;hsnn_loss_add_partials 1,1 32;");
+}
+
+TEST_CASE("GPU code is cached under the gpu category and a corrupt entry is rebuilt") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  int links = fake.count("link"), cubins = fake.count("load_cubin");
+  auto first = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(first);
+  CHECK_FALSE(first->compileInfo().cacheHit);
+  CHECK(fake.count("link") == links + 1);
+  CHECK(first->compileInfo().objectBytes > 0);
+
+  auto second = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(second);
+  CHECK(second->compileInfo().cacheHit);
+  CHECK(fake.count("link") == links + 1);
+  CHECK(fake.count("load_cubin") == cubins + 2);
+
+  auto entries = listKernelCache();
+  REQUIRE(entries);
+  std::vector<CacheEntryInfo> gpu;
+  for (const auto &e : *entries)
+    if (e.category == "gpu")
+      gpu.push_back(e);
+  REQUIRE(gpu.size() == 1);
+
+  // Flip the last byte: the entry fails its checksum and is rebuilt.
+  {
+    std::fstream f(gpu[0].path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(char(c ^ 0x5a));
+  }
+  auto third = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(third);
+  CHECK_FALSE(third->compileInfo().cacheHit);
+  CHECK(fake.count("link") == links + 2);
+
+  // Another device with the same compute capability shares the entry; one
+  // with another compute capability has its own.
+  auto onTwo = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 2});
+  REQUIRE_OK_EXPECTED(onTwo);
+  CHECK_FALSE(onTwo->compileInfo().cacheHit);
+  auto onOne = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 1});
+  REQUIRE_OK_EXPECTED(onOne);
+  CHECK(onOne->compileInfo().cacheHit);
+
+  REQUIRE_OK(clearKernelCache(CacheCategory::Gpu));
+  entries = listKernelCache();
+  REQUIRE(entries);
+  for (const auto &e : *entries)
+    CHECK(e.category != "gpu");
+}
+
+TEST_CASE("setGpuId reloads the code, recompiling only for another compute capability") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache(false);
+  auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(layer);
+  int links = fake.count("link"), modules = fake.count("live_modules");
+  REQUIRE_OK(layer->setGpuId(1)); // 9.0 like device 0: the same cubin
+  CHECK(layer->gpuId() == 1);
+  CHECK(fake.count("link") == links);
+  CHECK(fake.count("live_modules") == modules);
+  std::vector<float> z(3, 0.5f), a(3);
+  fake.clearLaunches();
+  REQUIRE_OK(layer->forward(z.data(), a.data(), 1));
+  CHECK(fake.launches() == "hsnn_layer_forward 1,3 256;");
+
+  REQUIRE_OK(layer->setGpuId(2)); // 8.0: compiled again, for sm_80
+  CHECK(layer->gpuId() == 2);
+  CHECK(fake.count("link") == links + 1);
+  CHECK(fake.lastTarget() == "sm_80");
+  REQUIRE_OK(layer->setGpuId(3)); // 10.0: this LLVM's newest, sm_90, which the driver assembles for it
+  CHECK(fake.lastTarget() == "sm_90");
+  CHECK(layer->constant(1, "alpha").value() == 2);
+  REQUIRE_OK(layer->setConstant(1, "alpha", 3));
+  REQUIRE_OK(layer->setGpuId(0));
+  CHECK(layer->constant(1, "alpha").value() == 3);
+
+  CHECK(layer->setGpuId(4).message() == "GPU id 4 is out of range: valid ids are 0..3");
+  CHECK(layer->setGpuId(-1).message() == "GPU id -1 is out of range: valid ids are 0..3");
+  CHECK(layer->gpuId() == 0);
+  auto bad = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 7});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message() == "GPU id 7 is out of range: valid ids are 0..3");
+
+  auto cpu = ActivationLayer::compile(threeNodes(), {.method = Method::CpuInterp});
+  REQUIRE_OK_EXPECTED(cpu);
+  CHECK(cpu->gpuId() == -1);
+  CHECK(cpu->setGpuId(0).message() ==
+        "this layer runs on the CPU (cpu_interp); compile it with method cuda to run it on a GPU");
+
+  auto loss = Loss::compile("huber", {{"delta", 0.5}}, {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(loss);
+  REQUIRE_OK(loss->setGpuId(2));
+  CHECK(loss->gpuId() == 2);
+  CHECK(loss->setGpuId(9).message() == "GPU id 9 is out of range: valid ids are 0..3");
+}
+
+TEST_CASE("every PTX the engine loads passes ptxas for the device's architecture") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  if (!std::getenv("HSNN_FAKE_CUDA_PTXAS")) {
+    MESSAGE("skipped: ptxas not found (install the CUDA toolkit at /usr/local/cuda)");
+    return;
+  }
+  TempCache cache(false);
+  std::vector<NodeSpec> nodes;
+  for (const char *f : {"relu", "gelu", "sigmoid", "softplus", "mish", "elu", "selu", "gelu_tanh", "hardswish",
+                        "Piecewise((num, num > 0), (beta*num, True))"})
+    nodes.push_back({f, std::string(f).find("beta") != std::string::npos ? std::map<std::string, double>{{"beta", 0.1}}
+                                                                          : std::map<std::string, double>{}});
+  int assembled = fake.count("ptxas");
+  for (DType dtype : {DType::F32, DType::F64})
+    for (int gpu : {0, 2}) {
+      for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor})
+        REQUIRE_OK_EXPECTED(ActivationLayer::compile(nodes, {.method = Method::Cuda, .dtype = dtype, .layout = layout,
+                                                             .gpuId = gpu}));
+      for (const char *name : {"mse", "bce", "huber", "poisson_nll"})
+        REQUIRE_OK_EXPECTED(Loss::compile(name, {}, {.method = Method::Cuda, .dtype = dtype, .gpuId = gpu}));
+    }
+  CHECK(fake.count("ptxas") == assembled + 24);
+}
+
+TEST_CASE("an old driver is a clear error, and other methods take over") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  if (runtimeInfo().cudaDriverVersion >= 11080) {
+    MESSAGE("skipped here: the fake_cuda_old_driver ctest entry runs this with a CUDA 11.4 driver");
+    return;
+  }
+  TempCache cache(false);
+  {
+    ScopedRuntimeFlags strict({.useKernelCache = false, .strict = true, .cacheDir = cache.dir.string()});
+    auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+    REQUIRE_FALSE(layer);
+    CHECK(layer.error().message() ==
+          "cuda failed (strict mode): the CUDA driver (" + std::string(HSNN_FAKE_CUDA_LIBRARY) +
+              ", CUDA 11.4) loads PTX ISA up to 7.4, but code for sm_90 needs 7.8: update the NVIDIA driver");
+  }
+  std::vector<std::string> warnings;
+  auto previous = setWarningHandler([&](std::string_view w) { warnings.emplace_back(w); });
+  auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  setWarningHandler(previous);
+  REQUIRE_OK_EXPECTED(layer);
+  CHECK(layer->method() != Method::Cuda);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("loads PTX ISA up to 7.4") != std::string::npos);
+  // sm_80 code needs PTX ISA 7.0, which this driver loads.
+  auto onAmpere = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 2});
+  REQUIRE_OK_EXPECTED(onAmpere);
+  CHECK(onAmpere->method() == Method::Cuda);
+}
