@@ -62,6 +62,8 @@ public:
   virtual Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset = 0) = 0;
   /// Copies `bytes` from the buffer (at byte `offset`) into host memory.
   virtual Error toHost(void *host, const DeviceBuffer &src, size_t bytes, size_t offset = 0) = 0;
+  /// Copies `bytes` between two buffers of this backend (device to device).
+  virtual Error copy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) = 0;
   /// Waits until all work issued to this backend has finished.
   virtual Error synchronize() = 0;
   virtual Expected<MemoryInfo> memoryInfo() const = 0;

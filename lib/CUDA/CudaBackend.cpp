@@ -82,6 +82,17 @@ public:
     return Error::success();
   }
 
+  Error copy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) override {
+    if (Error e = check(dst, src.data(), bytes, 0))
+      return e;
+    if (Error e = check(src, dst.data(), bytes, 0))
+      return e;
+    if (CUresult r = d_.cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst.data()), reinterpret_cast<CUdeviceptr>(src.data()),
+                                     bytes))
+      return fail("cuMemcpyDtoD", r);
+    return Error::success();
+  }
+
   Error synchronize() override {
     if (Error e = current())
       return e;

@@ -50,6 +50,15 @@ public:
     return Error::success();
   }
 
+  Error copy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) override {
+    if (Error e = check(dst, src.data(), bytes, 0))
+      return e;
+    if (Error e = check(src, dst.data(), bytes, 0))
+      return e;
+    std::memmove(dst.data(), src.data(), bytes);
+    return Error::success();
+  }
+
   Error synchronize() override { return Error::success(); } // CPU kernels return when done
 
   Expected<MemoryInfo> memoryInfo() const override {

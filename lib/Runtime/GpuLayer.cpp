@@ -194,29 +194,67 @@ Error GpuCode::moveTo(int device, const std::vector<double> &params, CompileInfo
   return uploadTables();
 }
 
-Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType dtype, Layout layout,
-                                                               const std::vector<std::array<const Program *, 3>> &units,
-                                                               const std::vector<uint32_t> &unitOf,
-                                                               const std::vector<double> &params,
-                                                               const std::vector<uint64_t> &offsets, CompileInfo *info) {
+Expected<std::unique_ptr<GpuActivation>> GpuActivation::build(int device, DType dtype, Layout layout,
+                                                              const std::vector<std::array<const Program *, 3>> &units,
+                                                              std::initializer_list<int> kinds,
+                                                              const std::vector<uint32_t> &unitOf,
+                                                              const std::vector<double> &params,
+                                                              const std::vector<uint64_t> &offsets, CompileInfo *info) {
   GpuModuleSpec spec;
   std::vector<std::string> names;
-  for (size_t k = 0; k < 3; ++k) {
+  for (int k : kinds) {
     GpuLayerKernel kernel{fmt::format("hsnn_layer_{}{}", shapeName(KernelShape(k)),
                                       layout == Layout::BatchMajor ? "_batch_major" : ""),
                           KernelShape(k), dtype, layout, {}};
     for (const auto &programs : units)
-      kernel.units.push_back(programs[k]);
+      kernel.units.push_back(programs[size_t(k)]);
     names.push_back(kernel.symbol);
     spec.layers.push_back(std::move(kernel));
   }
   auto g = std::make_unique<GpuActivation>();
   g->layout_ = layout;
+  g->units_ = units;
   g->unitOf_ = unitOf;
   g->offsets_ = offsets;
+  g->hostParams_ = params;
   if (Error e = g->init(device, dtype, std::move(spec), std::move(names), params, info))
     return e;
   return g;
+}
+
+Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType dtype, Layout layout,
+                                                               const std::vector<std::array<const Program *, 3>> &units,
+                                                               const std::vector<uint32_t> &unitOf,
+                                                               const std::vector<double> &params,
+                                                               const std::vector<uint64_t> &offsets, CompileInfo *info) {
+  return build(device, dtype, layout, units, {0, 1}, unitOf, params, offsets, info);
+}
+
+const GpuActivation *GpuActivation::fused() const {
+  std::lock_guard lock(fusedMutex_);
+  if (!fused_ && !fusedError_) {
+    auto f = build(device(), dtype_, layout_, units_, {2}, unitOf_, hostParams_, offsets_, nullptr);
+    if (f)
+      fused_ = std::move(*f);
+    else
+      fusedError_ = f.takeError();
+  }
+  return fused_.get();
+}
+
+Error GpuActivation::uploadParams(const std::vector<double> &params) {
+  hostParams_ = params;
+  if (Error e = GpuCode::uploadParams(params))
+    return e;
+  std::lock_guard lock(fusedMutex_);
+  return fused_ ? fused_->uploadParams(params) : Error::success();
+}
+
+Error GpuActivation::moveTo(int device, const std::vector<double> &params, CompileInfo *info) {
+  if (Error e = GpuCode::moveTo(device, params, info))
+    return e;
+  std::lock_guard lock(fusedMutex_);
+  return fused_ ? fused_->moveTo(device, params, nullptr) : Error::success();
 }
 
 Error GpuActivation::uploadTables() {
@@ -234,10 +272,19 @@ Error GpuActivation::uploadTables() {
 
 Error GpuActivation::run(int kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1,
                          size_t batch) const {
+  if (kind != 2)
+    return launch(size_t(kind), z, err, out0, out1, batch);
+  const GpuActivation *f = fused();
+  if (!f)
+    return fusedError_;
+  return f->launch(0, z, err, out0, out1, batch);
+}
+
+Error GpuActivation::launch(size_t k, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1,
+                            size_t batch) const {
   uint64_t nodes = unitOf_.size();
   if (!batch || !nodes)
     return Error::success();
-  size_t k = size_t(kind);
   uint64_t block = module_->blockSize(k), full = module_->fullGrid(k);
   CUdeviceptr prm = params_.get(), units = unitTable_.get(), offs = offsetTable_.get();
   int64_t b64 = int64_t(batch), n64 = int64_t(nodes), first = 0;

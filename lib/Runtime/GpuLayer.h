@@ -29,11 +29,11 @@ public:
   virtual ~GpuCode() = default;
   int device() const { return module_->device(); }
   /// Copies the constants to the device (after setConstant).
-  Error uploadParams(const std::vector<double> &params);
+  virtual Error uploadParams(const std::vector<double> &params);
   /// Moves the code to `device`: the same image is reloaded when the
   /// device's compute capability is the same, else it is rebuilt (or taken
   /// from the cache). Constants and tables are uploaded again.
-  Error moveTo(int device, const std::vector<double> &params, CompileInfo *info);
+  virtual Error moveTo(int device, const std::vector<double> &params, CompileInfo *info);
 
 protected:
   /// Builds (or loads from the cache) the module for `device`, uploads params.
@@ -54,7 +54,9 @@ protected:
 
 class GpuActivation : public GpuCode {
 public:
-  /// Compiles PTX for `device`'s architecture and loads it.
+  /// Compiles the forward and backward kernels for `device`'s architecture
+  /// and loads them; the fused kernel (the largest, and many users never
+  /// call it) is built at its first use, as on the CPU.
   static Expected<std::unique_ptr<GpuActivation>> create(int device, DType dtype, Layout layout,
                                                          const std::vector<std::array<const Program *, 3>> &units,
                                                          const std::vector<uint32_t> &unitOf,
@@ -64,13 +66,31 @@ public:
   Error run(int kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1, size_t batch) const;
   /// Host pointers: copied to the device and back (slower).
   Error runHost(int kind, const void *z, const void *err, void *out0, void *out1, size_t batch) const;
+  /// Also update the fused kernel's module once it exists.
+  Error uploadParams(const std::vector<double> &params) override;
+  Error moveTo(int device, const std::vector<double> &params, CompileInfo *info) override;
 
 private:
+  static Expected<std::unique_ptr<GpuActivation>> build(int device, DType dtype, Layout layout,
+                                                        const std::vector<std::array<const Program *, 3>> &units,
+                                                        std::initializer_list<int> kinds,
+                                                        const std::vector<uint32_t> &unitOf,
+                                                        const std::vector<double> &params,
+                                                        const std::vector<uint64_t> &offsets, CompileInfo *info);
+  Error launch(size_t kernel, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1, size_t batch) const;
+  const GpuActivation *fused() const;
   Error uploadTables() override;
   Layout layout_ = Layout::NodesMajor;
+  std::vector<std::array<const Program *, 3>> units_;
   std::vector<uint32_t> unitOf_;
   std::vector<uint64_t> offsets_;
   DeviceMemory unitTable_, offsetTable_;
+  // The fused kernel's own module, built once on first use. The mutex
+  // orders its creation with setConstant / setGpuId (which update it).
+  mutable std::mutex fusedMutex_;
+  mutable std::unique_ptr<GpuActivation> fused_;
+  mutable Error fusedError_;
+  std::vector<double> hostParams_; ///< The constants the fused module starts from.
 };
 
 class GpuLoss : public GpuCode {

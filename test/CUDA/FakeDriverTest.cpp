@@ -143,6 +143,14 @@ TEST_CASE("cuda backends move memory, check every copy and free what they alloca
           "copy of 4000 bytes at offset 4 overruns a buffer of 4000 bytes");
     CHECK((*b0)->toDevice(*buf, in.data(), 4).message() == "buffer belongs to backend cuda:1, not cuda:0");
     CHECK((*b1)->toDevice(*buf, nullptr, 4).message() == "null host pointer");
+    auto copy = (*b1)->allocate(1000, DType::F32);
+    REQUIRE(copy);
+    int dtod = fake.count("dtod");
+    REQUIRE_OK((*b1)->copy(*copy, *buf, 4000));
+    CHECK(fake.count("dtod") == dtod + 1);
+    REQUIRE_OK((*b1)->toHost(out.data(), *copy, 4000));
+    CHECK(out == in);
+    CHECK((*b1)->copy(*copy, *buf, 4004).message() == "copy of 4004 bytes at offset 0 overruns a buffer of 4000 bytes");
 
     auto mem = (*b1)->memoryInfo();
     REQUIRE(mem);
@@ -196,8 +204,14 @@ TEST_CASE("a cuda layer runs every node in one launch, in either layout") {
     CHECK(fake.launches() == "hsnn_layer_forward 3,3 256;");
     fake.clearLaunches();
     REQUIRE_OK(layer->backward(z.data(), err.data(), d.data(), 1000));
+    CHECK(fake.count("live_modules") == modules + 1); // the fused kernel is built at its first use
     REQUIRE_OK(layer->fused(z.data(), a.data(), d.data(), 1000));
+    CHECK(fake.count("live_modules") == modules + 2);
     CHECK(fake.launches() == "hsnn_layer_backward 3,3 256;hsnn_layer_fused 3,3 256;");
+    // Constants go to both modules.
+    int uploads = fake.count("htod");
+    REQUIRE_OK(layer->setConstant(1, "alpha", 0.5));
+    CHECK(fake.count("htod") == uploads + 2);
     fake.clearLaunches();
     REQUIRE_OK(layer->forward(z.data(), a.data(), 0));
     CHECK(fake.launches().empty());

@@ -3,6 +3,7 @@
 #include "hsnn/Layer.h"
 
 #include <cmath>
+#include <cstring>
 #include "hsnn/Runtime.h"
 
 #include <doctest/doctest.h>
@@ -34,6 +35,13 @@ TEST_CASE("the CPU backend allocates, copies and reports memory") {
   CHECK(mem->free <= mem->total);
   CHECK((*cpu)->supportsFeature("shared_memory"));
   CHECK_FALSE((*cpu)->supportsFeature("streams"));
+
+  auto copy = (*cpu)->allocate(1000, DType::F32);
+  REQUIRE(copy);
+  CHECK_FALSE(static_cast<bool>((*cpu)->copy(*copy, *buf, 4000)));
+  CHECK(std::memcmp(copy->data(), in.data(), 4000) == 0);
+  CHECK((*cpu)->copy(*copy, *buf, 4001).message() == "copy of 4001 bytes at offset 0 overruns a buffer of 4000 bytes");
+  CHECK((*cpu)->createStream().error().message() == "backend cpu has no streams");
 }
 
 TEST_CASE("layers run on buffers from the CPU backend") {

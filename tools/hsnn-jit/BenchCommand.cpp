@@ -5,6 +5,7 @@
 // it: this machine's bandwidth drifts, so x_limit = kernel / stream is the
 // number to compare, not the raw time.
 //===----------------------------------------------------------------------===//
+#include "BenchCommon.h"
 #include "Commands.h"
 
 #include "hsnn/Layer.h"
@@ -33,7 +34,8 @@ namespace {
 
 constexpr const char *kBenchHelp =
     R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|compile|all] [--dtype f32|f64|both]
-                      [--method auto|jit|interp|cuda] [--threads N] [--reps N] [--json]
+                      [--method auto|jit|interp|cuda] [--device cpu|cuda|cuda:N]
+                      [--threads N] [--reps N] [--json]
 
 Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
 (r1w1) or triad (r2w1) over arrays of the same size measured right after it.
@@ -46,28 +48,16 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
       process (process start-up reported apart), and the interpreter on W1
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
-cuda runs from host arrays (copies included), not yet from device memory.
+--method cuda runs from host arrays (copies included); --device cuda[:N]
+runs W1-W4 on device memory next to a device-to-device copy (cuMemcpyDtoD)
+of the same bytes, and the compile workload reports PTX generation, module
+load and a GPU cache hit.
 Outputs are checked against the interpreter before they are timed.
 )";
 
-constexpr size_t kNodes = 256, kBatch = 65536, kElements = kNodes * kBatch;
-const char *const kW1Formulas[8] = {"relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "sin(num)", "0.5*num+0.1"};
-
-using Clock = std::chrono::steady_clock;
-
-double msSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double medianMs(int reps, const std::function<void()> &fn) {
-  fn(); // warm-up: page faults, caches, thread pool
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = Clock::now();
-    fn();
-    t.push_back(msSince(t0));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+constexpr size_t kNodes = kBenchNodes, kBatch = kBenchBatch, kElements = kBenchElements;
+using Clock = BenchClock;
+using Result = BenchResult;
 
 // STREAM-like references with the same threads and array sizes.
 template <class T> void streamCopy(const T *src, T *dst, size_t n) {
@@ -82,40 +72,10 @@ template <class T> void streamTriad(const T *b, const T *c, T *a, size_t n) {
   });
 }
 
-struct Result {
-  std::string workload, variant, dtype;
-  double ms, gbps, streamMs, xLimit;
-};
-
 struct CompileResult {
   double coldMs = 0, emitMs = 0, optimizeMs = 0, codegenMs = 0, cacheHitMs = 0, processStartMs = 0, interpW1Ms = 0;
   bool ran = false;
 };
-
-std::vector<NodeSpec> w1Nodes() {
-  std::vector<NodeSpec> nodes;
-  for (size_t j = 0; j < kNodes; ++j)
-    nodes.push_back({kW1Formulas[j % 8], {}});
-  return nodes;
-}
-
-struct BenchOptions {
-  std::string workload = "all";
-  std::vector<DType> dtypes = {DType::F32};
-  Method method = Method::Auto;
-  unsigned threads = 0;
-  int reps = 10;
-  bool json = false;
-};
-
-template <class T> std::vector<T> randomArray(size_t n, double lo, double hi, uint64_t seed) {
-  std::vector<T> v(n);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> pick(lo, hi);
-  for (T &x : v)
-    x = T(pick(rng));
-  return v;
-}
 
 template <class T> class Bench {
 public:
@@ -155,12 +115,8 @@ private:
   }
 
   std::optional<Error> check(const std::vector<T> &got, const std::vector<T> &want, std::string_view what) {
-    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-    for (size_t i = 0; i < got.size(); i += 4099) {
-      double g = double(got[i]), w = double(want[i]);
-      if (!(std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w))) && !(std::isnan(g) && std::isnan(w)))
-        return Error(ErrorCode::Internal, fmt::format("{}: element {} is {}, the interpreter says {}", what, i, g, w));
-    }
+    if (Error e = checkAgainst(got, want, what))
+      return e;
     return std::nullopt;
   }
 
@@ -354,6 +310,13 @@ int runBench(std::span<const std::string_view> args) {
       if (!v || (*v != "auto" && *v != "interp" && *v != "jit" && *v != "cuda"))
         return usageError("bench", "--method takes auto, jit, interp or cuda");
       o.method = *v == "interp" ? Method::CpuInterp : *v == "jit" ? Method::CpuJit : *v == "cuda" ? Method::Cuda : Method::Auto;
+    } else if (a == "--device") {
+      auto v = value();
+      if (!v || !(*v == "cpu" || *v == "cuda" ||
+                  (v->starts_with("cuda:") && v->size() > 5 &&
+                   v->find_first_not_of("0123456789", 5) == std::string_view::npos)))
+        return usageError("bench", "--device takes cpu, cuda or cuda:N");
+      o.device = std::string(*v);
     } else if (a == "--threads" || a == "--reps") {
       auto v = value();
       int n = 0;
@@ -370,23 +333,43 @@ int runBench(std::span<const std::string_view> args) {
     limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
   std::vector<Result> results;
   CompileResult compile;
-  if (o.workload == "compile" || o.workload == "all")
-    if (auto e = compileWorkload(o, compile)) {
-      fmt::print(stderr, "hsnn-jit bench: error: {}\n", e->message());
-      return BadInput;
+  GpuCompileResult gpuCompile;
+  bool gpu = o.device != "cpu";
+  auto failed = [](const Error &e) {
+    fmt::print(stderr, "hsnn-jit bench: error: {}\n", e.message());
+    return BadInput;
+  };
+  if (gpu) {
+    o.method = Method::Cuda;
+    if (o.workload == "compile" || o.workload == "all")
+      if (Error e = runGpuCompileBench(o, gpuCompile))
+        return failed(e);
+    for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes)
+      if (Error e = runGpuBench(o, dt, results))
+        return failed(e);
+  } else {
+    if (o.workload == "compile" || o.workload == "all")
+      if (auto e = compileWorkload(o, compile))
+        return failed(*e);
+    for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
+      std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results).run() : Bench<double>(o, results).run();
+      if (e)
+        return failed(*e);
     }
-  for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
-    std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results).run() : Bench<double>(o, results).run();
-    if (e) {
-      fmt::print(stderr, "hsnn-jit bench: error: {}\n", e->message());
-      return BadInput;
-    }
+  }
+  std::string deviceName = "cpu";
+  if (gpu) {
+    const RuntimeInfo &info = runtimeInfo();
+    int id = o.device == "cuda" ? 0 : std::stoi(o.device.substr(5));
+    if (id < int(info.gpus.size()))
+      deviceName = fmt::format("{} ({}, {})", o.device, info.gpus[size_t(id)].name, info.gpus[size_t(id)].arch);
   }
 
   unsigned threads = o.threads ? o.threads : std::thread::hardware_concurrency();
   if (o.json) {
-    fmt::print("{{\"machine\": {{\"cpu\": \"{}\", \"threads\": {}, \"method\": \"{}\"}}, \"results\": [", cpuModel(),
-               threads, to_string(o.method));
+    fmt::print("{{\"machine\": {{\"cpu\": \"{}\", \"threads\": {}, \"method\": \"{}\", \"device\": \"{}\", "
+               "\"reference\": \"{}\"}}, \"results\": [",
+               cpuModel(), threads, to_string(o.method), deviceName, gpu ? "cuMemcpyDtoD" : "stream copy/triad");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
       fmt::print("{}\n  {{\"workload\": \"{}\", \"variant\": \"{}\", \"dtype\": \"{}\", \"ms\": {:.3f}, \"gbps\": {:.2f}, "
@@ -399,11 +382,17 @@ int runBench(std::span<const std::string_view> args) {
                  "\"cache_hit_ms\": {:.3f}, \"process_start_ms\": {:.3f}, \"interpreter_w1_ms\": {:.3f}}}",
                  compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
                  compile.processStartMs, compile.interpW1Ms);
+    if (gpuCompile.ran)
+      fmt::print(", \"gpu_compile\": {{\"cold_ms\": {:.3f}, \"ptx_ms\": {:.3f}, \"load_ms\": {:.3f}, \"cache_hit_ms\": {:.3f}, "
+                 "\"cache_hit_load_ms\": {:.3f}}}",
+                 gpuCompile.coldMs, gpuCompile.ptxMs, gpuCompile.coldLoadMs, gpuCompile.cacheHitMs, gpuCompile.cacheHitLoadMs);
     fmt::print("}}\n");
     return Ok;
   }
-  fmt::print("cpu: {}, threads: {}, method: {}, {} elements per workload\n", cpuModel(), threads, to_string(o.method),
-             kElements);
+  fmt::print("cpu: {}, threads: {}, method: {}, device: {}, {} elements per workload\n", cpuModel(), threads,
+             to_string(o.method), deviceName, kElements);
+  if (gpu)
+    fmt::print("reference: cuMemcpyDtoD of the same bytes, measured after each kernel (\"stream ms\")\n");
   fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8} {:>11} {:>8}\n", "", "variant", "dtype", "ms", "GB/s", "stream ms", "x_limit");
   for (const Result &r : results)
     fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
@@ -414,6 +403,10 @@ int runBench(std::span<const std::string_view> args) {
                "forward {:.2f} ms\n",
                compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
                compile.processStartMs, compile.interpW1Ms);
+  if (gpuCompile.ran)
+    fmt::print("gpu compile (W1 layer, forward+backward; fused builds at first use): cold {:.2f} ms (PTX generation {:.2f}, link + load {:.2f}); cache hit "
+               "{:.2f} ms (load {:.2f})\n",
+               gpuCompile.coldMs, gpuCompile.ptxMs, gpuCompile.coldLoadMs, gpuCompile.cacheHitMs, gpuCompile.cacheHitLoadMs);
   return Ok;
 }
 
