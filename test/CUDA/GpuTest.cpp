@@ -11,6 +11,7 @@
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
+#include <cstring>
 #include <random>
 
 using namespace hsnn;
@@ -142,4 +143,95 @@ TEST_CASE("the cuda backend moves memory") {
   CHECK(mem->total > 0);
   CHECK(getBackend("cuda:" + std::to_string(runtimeInfo().numGpus)).error().message().find("valid devices are 0..") !=
         std::string::npos);
+}
+
+TEST_CASE("cuda layers with more nodes than one launch's grid.y holds match the interpreter") {
+  if (!gpuPresent())
+    return;
+  std::vector<NodeSpec> nodes;
+  for (size_t i = 0; i < 70000; ++i)
+    nodes.push_back({i % 3 == 0 ? "relu" : i % 3 == 1 ? "tanh" : "sin(num)*alpha", {{"alpha", double(i % 7)}}});
+  for (auto &n : nodes)
+    if (n.formula != "sin(num)*alpha")
+      n.constants.clear();
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    auto gpu = ActivationLayer::compile(nodes, {.method = Method::Cuda, .dtype = DType::F64, .layout = layout});
+    auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = DType::F64, .layout = layout});
+    REQUIRE(gpu);
+    REQUIRE(ref);
+    const size_t batch = 5;
+    std::vector<double> z(nodes.size() * batch), a(z.size()), ra(z.size());
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> pick(-3, 3);
+    for (double &v : z)
+      v = pick(rng);
+    REQUIRE_OK(gpu->forward(z.data(), a.data(), batch));
+    REQUIRE_OK(ref->forward(z.data(), ra.data(), batch));
+    for (size_t i = 0; i < z.size(); ++i)
+      REQUIRE(a[i] == doctest::Approx(ra[i]).epsilon(1e-12).scale(1e-12));
+  }
+}
+
+TEST_CASE("cuda layers on device buffers give the host path's bits, on every device") {
+  if (!gpuPresent())
+    return;
+  auto layer = ActivationLayer::compile({{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 1.5}}}, {"softplus", {}}},
+                                        {.method = Method::Cuda});
+  REQUIRE(layer);
+  const size_t batch = 4096, n = 3 * batch;
+  std::vector<float> z(n), a(n), viaBuffers(n);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> pick(-5, 5);
+  for (float &v : z)
+    v = pick(rng);
+  REQUIRE_OK(layer->forward(z.data(), a.data(), batch));
+  for (int id = 0; id < runtimeInfo().numGpus; ++id) {
+    CAPTURE(id);
+    REQUIRE_OK(layer->setGpuId(id));
+    CHECK(layer->gpuId() == id);
+    auto b = getBackend("cuda:" + std::to_string(id));
+    REQUIRE(b);
+    auto dz = (*b)->allocate(n, DType::F32), da = (*b)->allocate(n, DType::F32);
+    REQUIRE(dz);
+    REQUIRE(da);
+    REQUIRE_OK((*b)->toDevice(*dz, z.data(), n * 4));
+    REQUIRE_OK(layer->forward(*dz, *da, batch));
+    REQUIRE_OK((*b)->toHost(viaBuffers.data(), *da, n * 4));
+    CHECK(std::memcmp(viaBuffers.data(), a.data(), n * 4) == 0);
+  }
+}
+
+TEST_CASE("cuda losses on device buffers: sums are the same bits on every run") {
+  if (!gpuPresent())
+    return;
+  auto loss = Loss::compile("bce", {}, {.method = Method::Cuda, .dtype = DType::F32});
+  auto ref = Loss::compile("bce", {}, {.method = Method::CpuInterp, .dtype = DType::F32});
+  REQUIRE(loss);
+  REQUIRE(ref);
+  const size_t n = (size_t(1) << 22) + 17;
+  std::vector<float> yp(n), yt(n), g(n), rg(n);
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<float> pick(0.01f, 0.99f);
+  for (size_t i = 0; i < n; ++i) {
+    yp[i] = pick(rng);
+    yt[i] = float(i % 2);
+  }
+  auto b = getBackend("cuda:0");
+  REQUIRE(b);
+  auto dp = (*b)->allocate(n, DType::F32), dt = (*b)->allocate(n, DType::F32), dg = (*b)->allocate(n, DType::F32);
+  REQUIRE(dp);
+  REQUIRE(dt);
+  REQUIRE(dg);
+  REQUIRE_OK((*b)->toDevice(*dp, yp.data(), n * 4));
+  REQUIRE_OK((*b)->toDevice(*dt, yt.data(), n * 4));
+  auto first = loss->fused(*dp, *dt, *dg, n);
+  REQUIRE(first);
+  for (int rep = 0; rep < 5; ++rep)
+    CHECK(*loss->fused(*dp, *dt, *dg, n) == *first);
+  auto want = ref->fused(yp.data(), yt.data(), rg.data(), n);
+  REQUIRE(want);
+  CHECK(*first == doctest::Approx(*want).epsilon(1e-5));
+  REQUIRE_OK((*b)->toHost(g.data(), *dg, n * 4));
+  for (size_t i = 0; i < n; i += 1021)
+    CHECK(g[i] == doctest::Approx(rg[i]).epsilon(1e-5).scale(1e-9));
 }

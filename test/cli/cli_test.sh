@@ -50,6 +50,8 @@ expect eval-json 0 '{"value": 0.84134474606854293, "dtype": "f64", "derivative":
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
 expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
+expect bench-bad-device 2 $'hsnn-jit bench: error: --device takes cpu, cuda or cuda:N\nTry \'hsnn-jit bench --help\'.' -- bench --device gpu0
+HSNN_CUDA_LIBRARY=/nonexistent expect bench-no-gpu 1 "hsnn-jit bench: error: backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)" -- bench --device cuda:1 --workload W4
 expect info-bad 2 $'hsnn-jit info: error: unexpected argument \'--frob\'\nTry \'hsnn-jit info --help\'.' -- info --frob
 
 # cache clear / stats round trip in a private directory
