@@ -1,0 +1,311 @@
+//===- test/CUDA/GpuEmulationTest.cpp - GPU kernels run on the CPU's threads ---===//
+//
+// Without a GPU, the logic of the GPU kernels (grid-stride indexing in both
+// layouts, the per-node formula switch, constant offsets, the warp-shuffle
+// reduction and the partial sums) still runs: the kernels' IR, as
+// GpuKernels.cpp emits it for NVPTX, is compiled for the host instead, with
+// the special registers and warp shuffles replaced by calls into a small
+// emulation of CUDA's thread model (one OS thread per GPU thread, a barrier
+// per warp for shuffles) and libdevice's __nv_* functions by the host's libm.
+// Results are compared with the interpreter. What this cannot check is the
+// NVPTX backend itself and libdevice's accuracy: ptxas checks the former
+// (PTXTest.cpp), a real GPU the latter (GpuTest.cpp).
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "CodeGen/IREmitter.h"
+#include "Runtime/LayerAccess.h"
+
+#include "hsnn/Layer.h"
+
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/TargetSelect.h>
+
+#include <barrier>
+#include <deque>
+#include <dlfcn.h>
+#include <memory>
+#include <random>
+#include <thread>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+namespace {
+
+// ---- CUDA's thread model on OS threads ----
+struct Warp {
+  std::barrier<> sync{32};
+  uint32_t slots[32] = {};
+};
+struct ThreadState {
+  uint32_t tid = 0, ntid = 0, ctaidX = 0, ctaidY = 0, nctaidX = 0, nctaidY = 0;
+  Warp *warp = nullptr;
+};
+thread_local ThreadState self;
+
+extern "C" uint32_t emuTidX() { return self.tid; }
+extern "C" uint32_t emuNtidX() { return self.ntid; }
+extern "C" uint32_t emuCtaidX() { return self.ctaidX; }
+extern "C" uint32_t emuCtaidY() { return self.ctaidY; }
+extern "C" uint32_t emuNctaidX() { return self.nctaidX; }
+extern "C" uint32_t emuNctaidY() { return self.nctaidY; }
+// shfl.sync.down with the whole warp as one segment: lanes past the end
+// keep their own value.
+extern "C" uint32_t emuShflDown(uint32_t, uint32_t v, uint32_t delta, uint32_t) {
+  uint32_t lane = self.tid % 32;
+  self.warp->slots[lane] = v;
+  self.warp->sync.arrive_and_wait();
+  uint32_t r = lane + delta < 32 ? self.warp->slots[lane + delta] : v;
+  self.warp->sync.arrive_and_wait();
+  return r;
+}
+
+/// Runs `body` as every thread of a (gx, gy) grid of `block`-thread blocks;
+/// blocks one after another (nothing synchronizes across blocks).
+void launch(unsigned gx, unsigned gy, unsigned block, const std::function<void()> &body) {
+  REQUIRE(block % 32 == 0);
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      std::deque<Warp> warps(block / 32);
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < block; ++t)
+        threads.emplace_back([&, t] {
+          self = {t, block, bx, by, gx, gy, &warps[t / 32]};
+          body();
+        });
+      for (auto &th : threads)
+        th.join();
+    }
+}
+
+// ---- the GPU module, compiled for the host ----
+class EmulatedModule {
+public:
+  explicit EmulatedModule(const detail::GpuModuleSpec &spec) {
+    static bool once = [] {
+      llvm::InitializeNativeTarget();
+      llvm::InitializeNativeTargetAsmPrinter();
+      return true;
+    }();
+    (void)once;
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto m = std::make_unique<llvm::Module>("emulated", *ctx);
+    auto jit = llvm::orc::LLJITBuilder().create();
+    REQUIRE(jit);
+    jit_ = std::move(*jit);
+    m->setDataLayout(jit_->getDataLayout());
+    m->setTargetTriple(jit_->getTargetTriple().str());
+    detail::EmitOptions emit;
+    emit.gpu = true;
+    llvm::Error e = detail::emitGpuKernels(*m, spec, emit);
+    REQUIRE_MESSAGE(!e, llvm::toString(std::move(e)));
+
+    // Special registers and shuffles become calls into the emulation;
+    // __nv_* math resolves to the host's libm.
+    static const std::map<std::string, void *> kEmulated = {
+        {"llvm.nvvm.read.ptx.sreg.tid.x", reinterpret_cast<void *>(&emuTidX)},
+        {"llvm.nvvm.read.ptx.sreg.ntid.x", reinterpret_cast<void *>(&emuNtidX)},
+        {"llvm.nvvm.read.ptx.sreg.ctaid.x", reinterpret_cast<void *>(&emuCtaidX)},
+        {"llvm.nvvm.read.ptx.sreg.ctaid.y", reinterpret_cast<void *>(&emuCtaidY)},
+        {"llvm.nvvm.read.ptx.sreg.nctaid.x", reinterpret_cast<void *>(&emuNctaidX)},
+        {"llvm.nvvm.read.ptx.sreg.nctaid.y", reinterpret_cast<void *>(&emuNctaidY)},
+        {"llvm.nvvm.shfl.sync.down.i32", reinterpret_cast<void *>(&emuShflDown)}};
+    llvm::orc::SymbolMap symbols;
+    std::vector<llvm::Function *> fns;
+    for (llvm::Function &f : *m)
+      fns.push_back(&f);
+    for (llvm::Function *f : fns) {
+      std::string name = f->getName().str();
+      void *address = nullptr;
+      if (auto it = kEmulated.find(name); it != kEmulated.end())
+        address = it->second;
+      else if (name.starts_with("llvm.nvvm."))
+        FAIL("the emulation does not know " << name);
+      else if (name.starts_with("__nv_"))
+        address = ::dlsym(RTLD_DEFAULT, name.substr(5).c_str());
+      else
+        continue;
+      REQUIRE_MESSAGE(address, "no host function for " << name);
+      std::string stand = "emu." + name;
+      llvm::Function *replacement =
+          llvm::Function::Create(f->getFunctionType(), llvm::Function::ExternalLinkage, stand, *m);
+      f->replaceAllUsesWith(replacement);
+      f->eraseFromParent();
+      symbols[jit_->mangleAndIntern(stand)] = {llvm::orc::ExecutorAddr::fromPtr(address),
+                                               llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
+    }
+    REQUIRE_FALSE(static_cast<bool>(jit_->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols)))));
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix());
+    REQUIRE(process);
+    jit_->getMainJITDylib().addGenerator(std::move(*process));
+    REQUIRE_FALSE(static_cast<bool>(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx)))));
+  }
+
+  template <class F> F *kernel(const std::string &name) {
+    auto address = jit_->lookup(name);
+    REQUIRE(address);
+    return address->toPtr<F *>();
+  }
+
+private:
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+};
+
+using LayerKernel = void(const void *, const void *, void *, void *, const double *, const uint32_t *, const uint64_t *,
+                         int64_t, int64_t, int64_t);
+template <class T> using LossKernel = void(const T *, const T *, T *, const double *, int64_t, T, double *);
+using SumKernel = void(const double *, int64_t, double *);
+
+template <class T> void expectClose(T got, T want, uint64_t ulps) {
+  if (sameOrBothNaN(got, want))
+    return;
+  CHECK((ulpDistance(got, want) <= ulps || std::fabs(double(got) - double(want)) < 1e-30));
+}
+
+const std::vector<std::string> kFormulas = {"relu", "sigmoid", "tanh", "gelu", "sin(num)*alpha", "softplus",
+                                            "Piecewise((num, num > 0), (beta*num, True))", "x**3", "0.5*num+0.1"};
+
+template <class T> void compareLayer(Layout layout) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  // 23 nodes: formulas repeat with different constants, so offsets matter.
+  std::vector<NodeSpec> nodes;
+  for (size_t j = 0; j < 23; ++j) {
+    const std::string &f = kFormulas[j % kFormulas.size()];
+    std::map<std::string, double> c;
+    if (f.find("alpha") != std::string::npos)
+      c["alpha"] = 0.5 + double(j);
+    if (f.find("beta") != std::string::npos)
+      c["beta"] = 0.01 * double(j + 1);
+    nodes.push_back({f, c});
+  }
+  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
+  REQUIRE(ref);
+  auto model = detail::LayerAccess::activation(*ref);
+  detail::GpuModuleSpec spec;
+  for (int k = 0; k < 3; ++k) {
+    detail::GpuLayerKernel kernel{"layer" + std::to_string(k), detail::KernelShape(k), dt, layout, {}};
+    for (const auto &programs : model.groupPrograms)
+      kernel.units.push_back(programs[size_t(k)]);
+    spec.layers.push_back(std::move(kernel));
+  }
+  EmulatedModule module(spec);
+
+  const size_t batch = 300, n = nodes.size() * batch;
+  std::vector<T> z(n), err(n), a(n), d(n), ra(n), rd(n), rb(n), b(n);
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> pick(-4, 4);
+  for (size_t i = 0; i < n; ++i) {
+    z[i] = T(pick(rng));
+    err[i] = T(pick(rng));
+  }
+  int64_t nb = int64_t(batch), nn = int64_t(nodes.size());
+  std::vector<double> params = model.params;
+  if (params.empty())
+    params.push_back(0);
+  // Shapes that make threads loop: nodes-major (2, nodes) x 64 threads over
+  // 300 elements a node; batch-major 3 x 64 threads over all 6900. The
+  // nodes-major launch is split in two at node 10, as launches past 65535
+  // nodes are.
+  auto run = [&](int kind, const T *errIn, T *o0, T *o1) {
+    auto *k = module.kernel<LayerKernel>("layer" + std::to_string(kind));
+    if (layout == Layout::NodesMajor) {
+      launch(2, 10, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 0); });
+      launch(2, unsigned(nn - 10), 64,
+             [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 10); });
+    } else {
+      launch(3, 1, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 0); });
+    }
+  };
+  run(0, nullptr, a.data(), nullptr);
+  run(1, err.data(), b.data(), nullptr);
+  std::vector<T> fa(n), fd(n);
+  run(2, nullptr, fa.data(), fd.data());
+  REQUIRE_OK(ref->forward(z.data(), ra.data(), batch));
+  REQUIRE_OK(ref->backward(z.data(), err.data(), rb.data(), batch));
+  std::vector<T> ra2(n);
+  REQUIRE_OK(ref->fused(z.data(), ra2.data(), rd.data(), batch));
+  for (size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    expectClose(a[i], ra[i], 4);
+    expectClose(fa[i], ra[i], 4);
+    expectClose(fd[i], rd[i], 8);
+    expectClose(b[i], rb[i], 8);
+  }
+}
+
+template <class T> void compareLoss(const char *name) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  CAPTURE(name);
+  auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
+  REQUIRE(ref);
+  auto model = detail::LayerAccess::loss(*ref);
+  detail::GpuModuleSpec spec;
+  const detail::KernelShape shapes[4] = {detail::KernelShape::LossElements, detail::KernelShape::LossReduce,
+                                         detail::KernelShape::LossGradient, detail::KernelShape::LossFused};
+  for (int k = 0; k < 4; ++k)
+    spec.losses.push_back({"loss" + std::to_string(k), model.programs[size_t(k)], shapes[k], dt});
+  spec.sumKernel = "add";
+  EmulatedModule module(spec);
+
+  const int64_t n = 1000;
+  std::vector<T> yp(n), yt(n), out(n), ref_out(n);
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> pick(0.02, 0.98);
+  for (int64_t i = 0; i < n; ++i) {
+    yp[size_t(i)] = T(pick(rng));
+    yt[size_t(i)] = T(i % 3 == 0 ? 1.0 : pick(rng));
+  }
+  std::vector<double> params = model.params;
+  params.push_back(0);
+  // 3 blocks of 64 threads: 6 warps, each leaving one partial.
+  std::vector<double> partials(6, -1.0), total(1, 0.0);
+  auto sum = [&](int kind, T scale) {
+    auto *k = module.kernel<LossKernel<T>>("loss" + std::to_string(kind));
+    launch(3, 1, 64, [&] { k(yp.data(), yt.data(), out.data(), params.data(), n, scale, partials.data()); });
+    auto *add = module.kernel<SumKernel>("add");
+    launch(1, 1, 32, [&] { add(partials.data(), int64_t(partials.size()), total.data()); });
+    return total[0];
+  };
+  double s = sum(1, T(1));
+  for (double p : partials)
+    CHECK(p != -1.0); // every warp wrote its partial
+  auto want = ref->forward(yp.data(), yt.data(), size_t(n));
+  REQUIRE(want);
+  CHECK(s == doctest::Approx(*want).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-13));
+  CHECK(sum(1, T(1)) == s); // the same bits again
+
+  double fusedSum = sum(3, T(0.5));
+  CHECK(fusedSum == s); // fused sums the same losses in the same order
+  std::vector<T> g(n);
+  REQUIRE_OK(ref->gradient(yp.data(), yt.data(), g.data(), size_t(n)));
+  for (int64_t i = 0; i < n; ++i)
+    expectClose(out[size_t(i)], T(0.5) * g[size_t(i)], 8);
+
+  sum(2, T(2));
+  for (int64_t i = 0; i < n; ++i)
+    expectClose(out[size_t(i)], T(2) * g[size_t(i)], 8);
+  std::vector<T> elements(n);
+  REQUIRE_OK(ref->forwardElements(yp.data(), yt.data(), elements.data(), size_t(n)));
+  sum(0, T(1));
+  for (int64_t i = 0; i < n; ++i)
+    expectClose(out[size_t(i)], elements[size_t(i)], 4);
+}
+
+} // namespace
+
+TEST_CASE("GPU layer kernels, emulated on CPU threads, match the interpreter in both layouts") {
+  compareLayer<float>(Layout::NodesMajor);
+  compareLayer<float>(Layout::BatchMajor);
+  compareLayer<double>(Layout::NodesMajor);
+  compareLayer<double>(Layout::BatchMajor);
+}
+
+TEST_CASE("GPU loss kernels, emulated on CPU threads, reduce through warp shuffles to the interpreter's sum") {
+  for (const char *name : {"mse", "bce", "huber", "poisson_nll"}) {
+    compareLoss<float>(name);
+    compareLoss<double>(name);
+  }
+}
