@@ -59,22 +59,44 @@ DeviceMemory::~DeviceMemory() {
     (*d)->cuMemFree(ptr_);
 }
 
-Error DeviceMemory::upload(const void *host, size_t bytes, size_t offset) const {
-  auto d = driverAt(device_);
+Error copyToDevice(int device, CUdeviceptr dst, const void *src, size_t bytes) {
+  auto d = driverAt(device);
   if (!d)
     return d.error();
-  if (CUresult r = (*d)->cuMemcpyHtoD(ptr_ + offset, host, bytes))
-    return failed(**d, "cuMemcpyHtoD", device_, r);
+  if (CUresult r = (*d)->cuMemcpyHtoD(dst, src, bytes))
+    return failed(**d, "cuMemcpyHtoD", device, r);
   return Error::success();
 }
 
-Error DeviceMemory::download(void *host, size_t bytes, size_t offset) const {
-  auto d = driverAt(device_);
+Error copyToHost(int device, void *dst, CUdeviceptr src, size_t bytes) {
+  auto d = driverAt(device);
   if (!d)
     return d.error();
-  if (CUresult r = (*d)->cuMemcpyDtoH(host, ptr_ + offset, bytes))
-    return failed(**d, "cuMemcpyDtoH", device_, r);
+  if (CUresult r = (*d)->cuMemcpyDtoH(dst, src, bytes))
+    return failed(**d, "cuMemcpyDtoH", device, r);
   return Error::success();
+}
+
+Error DeviceMemory::upload(const void *host, size_t bytes, size_t offset) const {
+  return copyToDevice(device_, ptr_ + offset, host, bytes);
+}
+
+Error DeviceMemory::download(void *host, size_t bytes, size_t offset) const {
+  return copyToHost(device_, host, ptr_ + offset, bytes);
+}
+
+Expected<CUdeviceptr> DeviceScratch::get(int device, size_t slot, size_t bytes) {
+  if (buffers_.size() <= slot)
+    buffers_.resize(slot + 1);
+  DeviceMemory &b = buffers_[slot];
+  if (!b.get() || b.device() != device || b.bytes() < bytes) {
+    b = DeviceMemory(); // free first: the old one may be most of the device
+    auto m = DeviceMemory::allocate(device, bytes);
+    if (!m)
+      return m.takeError();
+    b = std::move(*m);
+  }
+  return b.get();
 }
 
 Expected<std::vector<char>> linkPtx(int device, const std::string &ptx) {

@@ -32,6 +32,7 @@ public:
   ~DeviceMemory();
   CUdeviceptr get() const { return ptr_; }
   size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
   Error upload(const void *host, size_t bytes, size_t offset = 0) const;
   Error download(void *host, size_t bytes, size_t offset = 0) const;
 
@@ -44,6 +45,23 @@ private:
   int device_ = -1;
   CUdeviceptr ptr_ = 0;
   size_t bytes_ = 0;
+};
+
+/// Synchronous copies in device `device`'s context.
+Error copyToDevice(int device, CUdeviceptr dst, const void *src, size_t bytes);
+Error copyToHost(int device, void *dst, CUdeviceptr src, size_t bytes);
+
+/// Device buffers kept between runs (allocating per run costs more than a
+/// memory-bound kernel), grown on demand and reallocated on another device.
+/// Not thread-safe: its owner serializes the runs that use it.
+class DeviceScratch {
+public:
+  /// Buffer `slot`, at least `bytes` long, on `device`.
+  Expected<CUdeviceptr> get(int device, size_t slot, size_t bytes);
+  void clear() { buffers_.clear(); }
+
+private:
+  std::vector<DeviceMemory> buffers_;
 };
 
 /// PTX assembled for a device by the driver's linker: a cubin, with the

@@ -251,6 +251,10 @@ Error GpuActivation::uploadParams(const std::vector<double> &params) {
 }
 
 Error GpuActivation::moveTo(int device, const std::vector<double> &params, CompileInfo *info) {
+  {
+    std::lock_guard lock(hostMutex_);
+    hostScratch_.clear();
+  }
   if (Error e = GpuCode::moveTo(device, params, info))
     return e;
   std::lock_guard lock(fusedMutex_);
@@ -309,30 +313,33 @@ Error GpuActivation::launch(size_t k, CUdeviceptr z, CUdeviceptr err, CUdevicept
 
 Error GpuActivation::runHost(int kind, const void *z, const void *err, void *out0, void *out1, size_t batch) const {
   size_t bytes = unitOf_.size() * batch * elementSize(dtype_);
+  if (!bytes)
+    return Error::success();
   int dev = device();
-  auto dz = DeviceMemory::allocate(dev, bytes), d0 = DeviceMemory::allocate(dev, bytes);
-  if (!dz)
-    return dz.takeError();
-  if (!d0)
-    return d0.takeError();
-  Expected<DeviceMemory> de = err ? DeviceMemory::allocate(dev, bytes) : Expected<DeviceMemory>(DeviceMemory());
-  Expected<DeviceMemory> d1 = out1 ? DeviceMemory::allocate(dev, bytes) : Expected<DeviceMemory>(DeviceMemory());
-  if (!de)
-    return de.takeError();
-  if (!d1)
-    return d1.takeError();
-  if (Error e = dz->upload(z, bytes))
+  std::lock_guard lock(hostMutex_);
+  CUdeviceptr d[4] = {0, 0, 0, 0};
+  const void *inputs[2] = {z, err};
+  for (size_t slot = 0; slot < 4; ++slot) {
+    if (slot == 1 && !err)
+      continue;
+    if (slot == 3 && !out1)
+      continue;
+    auto p = hostScratch_.get(dev, slot, bytes);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  for (size_t slot = 0; slot < 2; ++slot)
+    if (inputs[slot])
+      if (Error e = copyToDevice(dev, d[slot], inputs[slot], bytes))
+        return e;
+  if (Error e = run(kind, d[0], d[1], d[2], d[3], batch))
     return e;
-  if (err)
-    if (Error e = de->upload(err, bytes))
-      return e;
-  if (Error e = run(kind, dz->get(), de->get(), d0->get(), d1->get(), batch))
-    return e;
-  if (Error e = d0->download(out0, bytes))
-    return e;
-  if (out1)
-    if (Error e = d1->download(out1, bytes))
-      return e;
+  void *outputs[2] = {out0, out1};
+  for (size_t k = 0; k < 2; ++k)
+    if (outputs[k])
+      if (Error e = copyToHost(dev, outputs[k], d[2 + k], bytes))
+        return e;
   return Error::success();
 }
 
@@ -355,22 +362,31 @@ Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, cons
   return g;
 }
 
+Error GpuLoss::moveTo(int device, const std::vector<double> &params, CompileInfo *info) {
+  {
+    std::lock_guard lock(scratchMutex_);
+    scratch_.clear();
+  }
+  return GpuCode::moveTo(device, params, info);
+}
+
 Expected<double> GpuLoss::run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const {
+  std::lock_guard lock(scratchMutex_);
+  return runLocked(kind, yp, yt, out, scale, n);
+}
+
+Expected<double> GpuLoss::runLocked(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale,
+                                    size_t n) const {
   if (n == 0)
     return 0.0;
   size_t k = size_t(kind);
   uint64_t block = module_->blockSize(k);
   uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(k));
   int64_t warps = int64_t(grid * block / kWarp);
-  std::lock_guard lock(scratchMutex_);
-  size_t need = (size_t(warps) + 1) * sizeof(double); // partials, then the total
-  if (scratch_.bytes() < need) {
-    auto m = DeviceMemory::allocate(device(), need);
-    if (!m)
-      return m.takeError();
-    scratch_ = std::move(*m);
-  }
-  CUdeviceptr partials = scratch_.get(), total = partials + size_t(warps) * sizeof(double), prm = params_.get();
+  auto scratch = scratch_.get(device(), 0, (size_t(warps) + 1) * sizeof(double)); // partials, then the total
+  if (!scratch)
+    return scratch.takeError();
+  CUdeviceptr partials = *scratch, total = partials + size_t(warps) * sizeof(double), prm = params_.get();
   int64_t count = int64_t(n);
   float scale32 = float(scale);
   void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
@@ -386,28 +402,33 @@ Expected<double> GpuLoss::run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdevice
     return e;
   double result = 0;
   // A synchronous copy on the default stream: it waits for both kernels.
-  if (Error e = scratch_.download(&result, sizeof result, size_t(warps) * sizeof(double)))
+  if (Error e = copyToHost(device(), &result, total, sizeof result))
     return e;
   return result;
 }
 
 Expected<double> GpuLoss::runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const {
   size_t bytes = n * elementSize(dtype_);
+  if (!bytes)
+    return 0.0;
   int dev = device();
-  auto dp = DeviceMemory::allocate(dev, bytes), dt = DeviceMemory::allocate(dev, bytes),
-       dout = DeviceMemory::allocate(dev, bytes);
-  for (auto *m : {&dp, &dt, &dout})
-    if (!*m)
-      return m->takeError();
-  if (Error e = dp->upload(yp, bytes))
+  std::lock_guard lock(scratchMutex_);
+  CUdeviceptr d[3];
+  for (size_t slot = 0; slot < 3; ++slot) {
+    auto p = scratch_.get(dev, slot + 1, bytes);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  if (Error e = copyToDevice(dev, d[0], yp, bytes))
     return e;
-  if (Error e = dt->upload(yt, bytes))
+  if (Error e = copyToDevice(dev, d[1], yt, bytes))
     return e;
-  auto sum = run(kind, dp->get(), dt->get(), dout->get(), scale, n);
+  auto sum = runLocked(kind, d[0], d[1], d[2], scale, n);
   if (!sum)
     return sum;
   if (kind != 1 && out)
-    if (Error e = dout->download(out, bytes))
+    if (Error e = copyToHost(dev, out, d[2], bytes))
       return e;
   return sum;
 }

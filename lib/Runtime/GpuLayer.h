@@ -91,6 +91,9 @@ private:
   mutable std::unique_ptr<GpuActivation> fused_;
   mutable Error fusedError_;
   std::vector<double> hostParams_; ///< The constants the fused module starts from.
+  // Device copies of host arrays for runHost; host-pointer runs take turns.
+  mutable std::mutex hostMutex_;
+  mutable DeviceScratch hostScratch_;
 };
 
 class GpuLoss : public GpuCode {
@@ -102,12 +105,14 @@ public:
   Expected<double> runHost(int kind, const void *yp, const void *yt, void *out, double scale, size_t n) const;
   /// The same on device memory (out may be 0 for kind 1).
   Expected<double> run(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const;
+  Error moveTo(int device, const std::vector<double> &params, CompileInfo *info) override;
 
 private:
-  // Partial sums, kept between runs (allocating per run costs more than a
-  // memory-bound loss); runs of one loss take turns.
+  Expected<double> runLocked(int kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n) const;
+  // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
+  // one loss take turns.
   mutable std::mutex scratchMutex_;
-  mutable DeviceMemory scratch_;
+  mutable DeviceScratch scratch_;
 };
 
 /// A gpuId option outside the devices is an error naming the valid range

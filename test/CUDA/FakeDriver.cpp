@@ -36,7 +36,7 @@ using CUdeviceptr = unsigned long long;
 constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kNoDevice = 100,
                    kInvalidDevice = 101, kInvalidImage = 200, kInvalidContext = 201, kNoBinaryForGpu = 209,
                    kUnsupportedPtxVersion = 222, kInvalidPtx = 218, kInvalidHandle = 400, kNotFound = 500,
-                   kLaunchOutOfResources = 701;
+                   kIllegalAddress = 700, kLaunchOutOfResources = 701;
 constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMultiprocessorCount = 16, kAttrCcMajor = 75, kAttrCcMinor = 76;
 constexpr int kJitInfoLogBuffer = 3, kJitErrorLogBuffer = 5, kJitErrorLogBufferSize = 6;
 
@@ -55,7 +55,7 @@ struct Allocation {
 
 struct Kernel {
   std::string name;
-  int params = 0;
+  std::vector<bool> pointerSized; ///< per parameter: .u64 / .b64 (may be a device pointer)
 };
 
 struct Module {
@@ -126,6 +126,13 @@ Allocation *find(State &s, CUdeviceptr p, size_t bytes) {
   if (p < it->first || p - it->first > it->second.bytes || bytes > it->second.bytes - (p - it->first))
     return nullptr;
   return &it->second;
+}
+
+// The same, on the current context's device only: hsnn never touches one
+// device's memory from another's context (a kernel doing so would fault).
+Allocation *findHere(State &s, CUdeviceptr p, size_t bytes) {
+  Allocation *a = find(s, p, bytes);
+  return a && a->device == current->device ? a : nullptr;
 }
 
 const char *kFakeCubinMagic = "\x7f" "ELF fake cubin\n";
@@ -199,7 +206,7 @@ void parseKernels(const std::string &ptx, Module &m) {
     auto k = std::make_unique<Kernel>();
     k->name = ptx.substr(name, open - name);
     for (size_t p = ptx.find(".param", open); p != std::string::npos && p < close; p = ptx.find(".param", p + 1))
-      ++k->params;
+      k->pointerSized.push_back(ptx.compare(p, 11, ".param .u64") == 0 || ptx.compare(p, 11, ".param .b64") == 0);
     m.kernels[k->name] = std::move(k);
     at = close;
   }
@@ -296,6 +303,7 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
   case kUnsupportedPtxVersion: *s = "the provided PTX was compiled with an unsupported toolchain."; break;
   case kInvalidPtx: *s = "a PTX JIT compilation failed"; break;
   case kNotFound: *s = "named symbol not found"; break;
+  case kIllegalAddress: *s = "an illegal memory access was encountered"; break;
   case kLaunchOutOfResources: *s = "too many resources requested for launch"; break;
   default: *s = "unknown error"; break;
   }
@@ -362,7 +370,7 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
   NEED_CONTEXT();
   State &s = state();
   std::lock_guard lock(s.mutex);
-  if (!find(s, dst, bytes) || (bytes && !src))
+  if (!findHere(s, dst, bytes) || (bytes && !src))
     return kInvalidValue;
   std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
   ++s.counters["htod"];
@@ -372,7 +380,7 @@ CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
   NEED_CONTEXT();
   State &s = state();
   std::lock_guard lock(s.mutex);
-  if (!find(s, src, bytes) || (bytes && !dst))
+  if (!findHere(s, src, bytes) || (bytes && !dst))
     return kInvalidValue;
   std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
   ++s.counters["dtoh"];
@@ -382,7 +390,7 @@ CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   NEED_CONTEXT();
   State &s = state();
   std::lock_guard lock(s.mutex);
-  if (!find(s, dst, bytes) || !find(s, src, bytes))
+  if (!findHere(s, dst, bytes) || !findHere(s, src, bytes))
     return kInvalidValue;
   std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), bytes);
   ++s.counters["dtod"];
@@ -508,9 +516,17 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     return kLaunchOutOfResources;
   if (!params || extra)
     return kInvalidValue;
-  for (int i = 0; i < k->params; ++i)
+  for (size_t i = 0; i < k->pointerSized.size(); ++i) {
     if (!params[i])
       return kInvalidValue;
+    // A 64-bit argument that points into device memory must point into
+    // this device's.
+    CUdeviceptr v = 0;
+    if (k->pointerSized[i])
+      std::memcpy(&v, params[i], sizeof v);
+    if (v && find(s, v, 0) && !findHere(s, v, 0))
+      return kIllegalAddress;
+  }
   s.launches += k->name + " " + std::to_string(gx) + "," + std::to_string(gy) + " " + std::to_string(bx) + ";";
   ++s.counters["launch"];
   return kSuccess;

@@ -380,10 +380,20 @@ TEST_CASE("setGpuId reloads the code, recompiling only for another compute capab
   CHECK(cpu->setGpuId(0).message() ==
         "this layer runs on the CPU (cpu_interp); compile it with method cuda to run it on a GPU");
 
+  // After a move, nothing of the old device is used (the fake refuses
+  // another device's memory in copies and launches).
+  REQUIRE_OK(layer->setGpuId(2));
+  REQUIRE_OK(layer->forward(z.data(), a.data(), 1));
+  REQUIRE_OK(layer->fused(z.data(), a.data(), a.data(), 1));
+  REQUIRE_OK(layer->setGpuId(1));
+  REQUIRE_OK(layer->fused(z.data(), a.data(), a.data(), 1));
   auto loss = Loss::compile("huber", {{"delta", 0.5}}, {.method = Method::Cuda});
   REQUIRE_OK_EXPECTED(loss);
+  std::vector<float> yp(100, 1.0f), yt(100, 0.0f);
+  REQUIRE_OK_EXPECTED(loss->forward(yp.data(), yt.data(), 100));
   REQUIRE_OK(loss->setGpuId(2));
   CHECK(loss->gpuId() == 2);
+  REQUIRE_OK_EXPECTED(loss->forward(yp.data(), yt.data(), 100));
   CHECK(loss->setGpuId(9).message() == "GPU id 9 is out of range: valid ids are 0..3");
 }
 
