@@ -109,7 +109,8 @@ struct ActivationLayer::Impl {
 
   Error compileGpu() {
     planUnits();
-    auto g = detail::GpuActivation::create(options.gpuId, options.dtype, options.layout, unitPrograms, unitOf, params,
+    auto g = detail::GpuActivation::create(options.gpuId, options.dtype, {options.optLevel, options.fastMath},
+                                           options.layout, unitPrograms, unitOf, params,
                                            offsets, &info);
     if (!g)
       return g.takeError();

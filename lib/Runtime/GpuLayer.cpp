@@ -51,7 +51,8 @@ Expected<const GpuDevice *> deviceInfo(int device) {
 #if HSNN_HAS_NVPTX
 // Everything that changes the image: the tapes and kernel shapes, the PTX
 // generator, the architecture, and the device and driver it was assembled by.
-CacheKey moduleKey(const GpuModuleSpec &spec, const std::string &arch, const GpuDevice &dev, const CudaDriver &d) {
+CacheKey moduleKey(const GpuModuleSpec &spec, const GpuBuildOptions &options, const std::string &arch,
+                   const GpuDevice &dev, const CudaDriver &d) {
   CacheKeyBuilder k;
   // Bump the format whenever the GPU kernels change the code they make.
   k.add("format", "hsnn-gpu-module-1")
@@ -60,7 +61,9 @@ CacheKey moduleKey(const GpuModuleSpec &spec, const std::string &arch, const Gpu
       .add("arch", arch)
       .add("compute-capability", fmt::format("{}.{}", dev.ccMajor, dev.ccMinor))
       .add("driver", uint64_t(d.driverVersion))
-      .add("image", d.cuLinkCreate ? "cubin" : "ptx");
+      .add("image", d.cuLinkCreate ? "cubin" : "ptx")
+      .add("opt", uint64_t(options.optLevel))
+      .add("fast-math", uint64_t(options.fastMath));
   for (const GpuLayerKernel &l : spec.layers) {
     k.add("layer", l.symbol).add("shape", shapeName(l.shape)).add("dtype", to_string(l.dtype));
     k.add("layout", to_string(l.layout));
@@ -85,7 +88,7 @@ Error GpuCode::build(int device, CompileInfo *info) {
   auto arch = ptxArchFor((*dev)->ccMajor, (*dev)->ccMinor);
   if (!arch)
     return arch.takeError();
-  CacheKey key = moduleKey(spec_, *arch, **dev, driver);
+  CacheKey key = moduleKey(spec_, options_, *arch, **dev, driver);
   std::optional<ObjectCache> cache = ObjectCache::open();
   if (cache)
     if (auto image = cache->load(CacheCategory::Gpu, key)) {
@@ -106,7 +109,7 @@ Error GpuCode::build(int device, CompileInfo *info) {
     }
 
   CompileStats stats;
-  auto ptx = compilePtx(spec_, {.arch = *arch}, &stats);
+  auto ptx = compilePtx(spec_, {.arch = *arch, .optLevel = options_.optLevel, .fastMath = options_.fastMath}, &stats);
   if (!ptx)
     return ptx.takeError();
   int isa = ptxIsaVersion(*ptx), supported = maxPtxIsa(driver.driverVersion);
@@ -149,8 +152,9 @@ Error GpuCode::build(int device, CompileInfo *info) {
 #endif
 }
 
-Error GpuCode::init(int device, DType dtype, GpuModuleSpec spec, std::vector<std::string> kernels,
-                    const std::vector<double> &params, CompileInfo *info) {
+Error GpuCode::init(int device, DType dtype, GpuBuildOptions options, GpuModuleSpec spec,
+                    std::vector<std::string> kernels, const std::vector<double> &params, CompileInfo *info) {
+  options_ = options;
   spec_ = std::move(spec);
   kernels_ = std::move(kernels);
   dtype_ = dtype;
@@ -194,7 +198,8 @@ Error GpuCode::moveTo(int device, const std::vector<double> &params, CompileInfo
   return uploadTables();
 }
 
-Expected<std::unique_ptr<GpuActivation>> GpuActivation::build(int device, DType dtype, Layout layout,
+Expected<std::unique_ptr<GpuActivation>> GpuActivation::build(int device, DType dtype, GpuBuildOptions options,
+                                                              Layout layout,
                                                               const std::vector<std::array<const Program *, 3>> &units,
                                                               std::initializer_list<int> kinds,
                                                               const std::vector<uint32_t> &unitOf,
@@ -217,23 +222,24 @@ Expected<std::unique_ptr<GpuActivation>> GpuActivation::build(int device, DType 
   g->unitOf_ = unitOf;
   g->offsets_ = offsets;
   g->hostParams_ = params;
-  if (Error e = g->init(device, dtype, std::move(spec), std::move(names), params, info))
+  if (Error e = g->init(device, dtype, options, std::move(spec), std::move(names), params, info))
     return e;
   return g;
 }
 
-Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType dtype, Layout layout,
+Expected<std::unique_ptr<GpuActivation>> GpuActivation::create(int device, DType dtype, GpuBuildOptions options,
+                                                               Layout layout,
                                                                const std::vector<std::array<const Program *, 3>> &units,
                                                                const std::vector<uint32_t> &unitOf,
                                                                const std::vector<double> &params,
                                                                const std::vector<uint64_t> &offsets, CompileInfo *info) {
-  return build(device, dtype, layout, units, {0, 1}, unitOf, params, offsets, info);
+  return build(device, dtype, options, layout, units, {0, 1}, unitOf, params, offsets, info);
 }
 
 const GpuActivation *GpuActivation::fused() const {
   std::lock_guard lock(fusedMutex_);
   if (!fused_ && !fusedError_) {
-    auto f = build(device(), dtype_, layout_, units_, {2}, unitOf_, hostParams_, offsets_, nullptr);
+    auto f = build(device(), dtype_, options_, layout_, units_, {2}, unitOf_, hostParams_, offsets_, nullptr);
     if (f)
       fused_ = std::move(*f);
     else
@@ -343,7 +349,8 @@ Error GpuActivation::runHost(int kind, const void *z, const void *err, void *out
   return Error::success();
 }
 
-Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, const std::array<const Program *, 4> &programs,
+Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, GpuBuildOptions options,
+                                                   const std::array<const Program *, 4> &programs,
                                                    const std::vector<double> &params, CompileInfo *info) {
   static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
                                         KernelShape::LossFused};
@@ -357,7 +364,7 @@ Expected<std::unique_ptr<GpuLoss>> GpuLoss::create(int device, DType dtype, cons
   spec.sumKernel = "hsnn_loss_add_partials";
   names.push_back(spec.sumKernel);
   auto g = std::make_unique<GpuLoss>();
-  if (Error e = g->init(device, dtype, std::move(spec), std::move(names), params, info))
+  if (Error e = g->init(device, dtype, options, std::move(spec), std::move(names), params, info))
     return e;
   return g;
 }

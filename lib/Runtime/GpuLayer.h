@@ -22,6 +22,13 @@
 
 namespace hsnn::detail {
 
+/// How PTX is generated: the layer's or loss's optimisation level and
+/// fast-math choice (fast math also flushes denormals in libdevice).
+struct GpuBuildOptions {
+  int optLevel = 3;
+  bool fastMath = false;
+};
+
 /// What both GPU engines hold: the module spec, the loaded image, its
 /// element type and the constants on the device.
 class GpuCode {
@@ -37,12 +44,13 @@ public:
 
 protected:
   /// Builds (or loads from the cache) the module for `device`, uploads params.
-  Error init(int device, DType dtype, GpuModuleSpec spec, std::vector<std::string> kernels,
+  Error init(int device, DType dtype, GpuBuildOptions options, GpuModuleSpec spec, std::vector<std::string> kernels,
              const std::vector<double> &params, CompileInfo *info);
   /// Device-resident tables besides the constants (re-uploaded on moveTo).
   virtual Error uploadTables() { return Error::success(); }
   Error build(int device, CompileInfo *info);
 
+  GpuBuildOptions options_;
   GpuModuleSpec spec_;
   std::vector<std::string> kernels_;
   std::vector<char> image_; ///< cubin, or PTX where the driver has no linker
@@ -57,7 +65,7 @@ public:
   /// Compiles the forward and backward kernels for `device`'s architecture
   /// and loads them; the fused kernel (the largest, and many users never
   /// call it) is built at its first use, as on the CPU.
-  static Expected<std::unique_ptr<GpuActivation>> create(int device, DType dtype, Layout layout,
+  static Expected<std::unique_ptr<GpuActivation>> create(int device, DType dtype, GpuBuildOptions options, Layout layout,
                                                          const std::vector<std::array<const Program *, 3>> &units,
                                                          const std::vector<uint32_t> &unitOf,
                                                          const std::vector<double> &params,
@@ -71,7 +79,7 @@ public:
   Error moveTo(int device, const std::vector<double> &params, CompileInfo *info) override;
 
 private:
-  static Expected<std::unique_ptr<GpuActivation>> build(int device, DType dtype, Layout layout,
+  static Expected<std::unique_ptr<GpuActivation>> build(int device, DType dtype, GpuBuildOptions options, Layout layout,
                                                         const std::vector<std::array<const Program *, 3>> &units,
                                                         std::initializer_list<int> kinds,
                                                         const std::vector<uint32_t> &unitOf,
@@ -98,7 +106,8 @@ private:
 
 class GpuLoss : public GpuCode {
 public:
-  static Expected<std::unique_ptr<GpuLoss>> create(int device, DType dtype, const std::array<const Program *, 4> &programs,
+  static Expected<std::unique_ptr<GpuLoss>> create(int device, DType dtype, GpuBuildOptions options,
+                                                   const std::array<const Program *, 4> &programs,
                                                    const std::vector<double> &params, CompileInfo *info);
   /// kind: 0 elements, 1 sum, 2 gradient, 3 fused, on host arrays; returns
   /// the sum of the losses for 1 and 3 (deterministic: see KernelSpec.h).

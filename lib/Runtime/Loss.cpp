@@ -214,7 +214,8 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   auto compileGpu = [&]() -> Error {
     std::array<const Program *, 4> progs = {&impl->programs[0], &impl->programs[1], &impl->programs[2],
                                             &impl->programs[3]};
-    auto g = detail::GpuLoss::create(options.gpuId, options.dtype, progs, impl->params, &impl->info);
+    auto g = detail::GpuLoss::create(options.gpuId, options.dtype, {options.optLevel, options.fastMath}, progs,
+                                     impl->params, &impl->info);
     if (!g)
       return g.takeError();
     impl->gpu = std::move(*g);

@@ -81,6 +81,7 @@ struct State {
   std::map<std::string, int> counters;
   std::string launches; // "name gx,gy block; ..."
   std::string lastTarget;
+  std::string lastPtx;
 };
 
 State &state() {
@@ -150,6 +151,7 @@ CUresult checkPtx(State &s, const std::string &ptx, std::string &log) {
     return kInvalidPtx;
   }
   s.lastTarget = "sm_" + std::to_string(target);
+  s.lastPtx = ptx;
   if (vmaj * 10 + vmin > maxIsa(s.driverVersion)) {
     log = "ptxas application ptx input, line 1; fatal   : Unsupported .version " + std::to_string(vmaj) + "." +
           std::to_string(vmin);
@@ -232,6 +234,7 @@ int hsnnFakeCudaCount(const char *what) {
 }
 const char *hsnnFakeCudaLaunches() { return state().launches.c_str(); }
 const char *hsnnFakeCudaLastTarget() { return state().lastTarget.c_str(); }
+const char *hsnnFakeCudaLastPtx() { return state().lastPtx.c_str(); }
 void hsnnFakeCudaClearLaunches() { state().launches.clear(); }
 
 // ---- initialization and devices ----

@@ -63,6 +63,7 @@ struct Fake {
   std::string lastTarget() const {
     return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastTarget"))();
   }
+  std::string lastPtx() const { return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastPtx"))(); }
   void clearLaunches() const { reinterpret_cast<void (*)()>(::dlsym(lib, "hsnnFakeCudaClearLaunches"))(); }
 };
 
@@ -421,6 +422,29 @@ TEST_CASE("every PTX the engine loads passes ptxas for the device's architecture
         REQUIRE_OK_EXPECTED(Loss::compile(name, {}, {.method = Method::Cuda, .dtype = dtype, .gpuId = gpu}));
     }
   CHECK(fake.count("ptxas") == assembled + 24);
+}
+
+TEST_CASE("IEEE by default on the GPU too; fast math is opt-in") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache(false);
+  REQUIRE_OK_EXPECTED(ActivationLayer::compile({{"gelu", {}}, {"tanh", {}}}, {.method = Method::Cuda}));
+  // (libdevice's IEEE functions use .ftz approximations inside, scaled so
+  // denormal results survive, so ".ftz" itself tells nothing.) Fast math
+  // lets multiplies contract into FMAs and libdevice flush denormals.
+  auto count = [](const std::string &s, const std::string &what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  std::string ieee = fake.lastPtx();
+  CHECK(count(ieee, "mul.rn.f32") > 0); // rounded as written: no contraction into fma
+  REQUIRE_OK_EXPECTED(ActivationLayer::compile({{"gelu", {}}, {"tanh", {}}}, {.method = Method::Cuda, .fastMath = true}));
+  std::string fast = fake.lastPtx();
+  CHECK(fast != ieee);
+  CHECK(count(fast, "mul.rn.f32") < count(ieee, "mul.rn.f32"));
 }
 
 TEST_CASE("an old driver is a clear error, and other methods take over") {
