@@ -22,6 +22,79 @@ namespace {
 using namespace llvm;
 
 constexpr unsigned kWarp = 32;
+/// Grid strides each thread loads ahead of the element it computes.
+constexpr unsigned kAhead = 4;
+constexpr unsigned kGlobalAddressSpace = 1; // NVPTX's global memory
+
+/// The inputs of the next kAhead elements a thread will compute, loaded
+/// ahead: each iteration issues the loads for kAhead strides later, so a
+/// thread keeps kAhead loads per input in flight while it computes (one
+/// load each would leave an H100's memory system mostly idle), and the
+/// formula's code is still emitted once. Each warp's loads stay coalesced.
+/// Indices past the end are clamped to the last element (a harmless extra
+/// load) rather than branched around. The loads are ld.global.nc
+/// intrinsics, not plain loads, because InstCombine folds a phi of plain
+/// loads into a load of a phi of addresses, which would move every load
+/// back to its use. (nc is safe even in place: an element is only ever
+/// written by the thread that read it, after it read it.)
+class LoadAhead {
+public:
+  /// In the block before the loop (where start < total holds): the first
+  /// kAhead loads of each array, at base + index.
+  LoadAhead(IRBuilder<> &b, Type *t, std::vector<Value *> arrays, Value *base, Value *start, Value *step, Value *total)
+      : t_(t), arrays_(std::move(arrays)), base_(base), step_(step), last_(b.CreateSub(total, b.getInt64(1))) {
+    preheader_ = b.GetInsertBlock();
+    for (Value *array : arrays_) {
+      std::vector<Value *> loads;
+      for (unsigned k = 0; k < kAhead; ++k)
+        loads.push_back(load(b, array, b.CreateAdd(start, b.CreateMul(step, b.getInt64(k)))));
+      initial_.push_back(std::move(loads));
+    }
+  }
+
+  /// At the top of the loop, after its other phis: the current element's
+  /// inputs (one per array); issues the loads for element i + kAhead strides.
+  std::vector<Value *> enter(IRBuilder<> &b, Value *i) {
+    std::vector<Value *> current;
+    for (size_t a = 0; a < arrays_.size(); ++a) {
+      std::vector<PHINode *> phis;
+      for (unsigned k = 0; k < kAhead; ++k) {
+        PHINode *phi = b.CreatePHI(t_, 2, "ahead");
+        phi->addIncoming(initial_[a][k], preheader_);
+        phis.push_back(phi);
+      }
+      phis_.push_back(phis);
+      current.push_back(phis[0]);
+    }
+    for (size_t a = 0; a < arrays_.size(); ++a)
+      next_.push_back(load(b, arrays_[a], b.CreateAdd(i, b.CreateMul(step_, b.getInt64(kAhead)))));
+    return current;
+  }
+
+  /// The back edge from `latch`: every value moves one stride closer.
+  void close(BasicBlock *latch) {
+    for (size_t a = 0; a < arrays_.size(); ++a)
+      for (unsigned k = 0; k < kAhead; ++k)
+        phis_[a][k]->addIncoming(k + 1 < kAhead ? static_cast<Value *>(phis_[a][k + 1]) : next_[a], latch);
+  }
+
+private:
+  Value *load(IRBuilder<> &b, Value *array, Value *index) {
+    Value *clamped = b.CreateSelect(b.CreateICmpULT(index, last_), index, last_);
+    Value *generic = b.CreateInBoundsGEP(t_, array, b.CreateAdd(base_, clamped));
+    Type *globalPtr = PointerType::get(b.getContext(), kGlobalAddressSpace);
+    return b.CreateIntrinsic(Intrinsic::nvvm_ldg_global_f, {t_, globalPtr},
+                             {b.CreateAddrSpaceCast(generic, globalPtr), b.getInt32(t_->getPrimitiveSizeInBits() / 8)});
+  }
+
+  Type *t_;
+  std::vector<Value *> arrays_;
+  Value *base_, *step_, *last_;
+  BasicBlock *preheader_ = nullptr;
+  std::vector<std::vector<Value *>> initial_;
+  std::vector<std::vector<PHINode *>> phis_;
+  std::vector<Value *> next_;
+};
 
 class GpuKernelBuilder {
 public:
@@ -40,8 +113,9 @@ public:
     Value *batch = f->getArg(7), *nodes = f->getArg(8), *firstNode = f->getArg(9);
     bool nodesMajor = k.layout == Layout::NodesMajor;
 
-    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
-               *latch = BasicBlock::Create(ctx_, "latch", f), *exit = BasicBlock::Create(ctx_, "exit", f);
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
+               *loop = BasicBlock::Create(ctx_, "loop", f), *latch = BasicBlock::Create(ctx_, "latch", f),
+               *exit = BasicBlock::Create(ctx_, "exit", f);
     IRBuilder<> b(entry);
     if (opt_.fastMath)
       b.setFastMathFlags(FastMathFlags::getFast());
@@ -52,19 +126,33 @@ public:
     // Batch-major: element i belongs to node i % nodes, advanced without a
     // division per element.
     Value *stepNodes = nodesMajor ? nullptr : b.CreateURem(step, nodes);
-    b.CreateCondBr(b.CreateICmpSLT(start, total), loop, exit);
+    // Element i of the loop is at base + i: the node's row (nodes-major) or
+    // the whole array (batch-major).
+    Value *base = nodesMajor ? b.CreateMul(node0, batch) : b.getInt64(0);
+    b.CreateCondBr(b.CreateICmpSLT(start, total), pre, exit);
+
+    b.SetInsertPoint(pre);
+    std::vector<Value *> inputs = {f->getArg(0)};
+    if (k.shape == KernelShape::ActivationBackward)
+      inputs.push_back(f->getArg(1));
+    LoadAhead ahead(b, t, inputs, base, start, step, total);
+    b.CreateBr(loop);
 
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
-    i->addIncoming(start, entry);
+    i->addIncoming(start, pre);
     PHINode *nodePhi = nodesMajor ? nullptr : b.CreatePHI(i64, 2, "node");
     if (nodePhi)
-      nodePhi->addIncoming(node0, entry);
+      nodePhi->addIncoming(node0, pre);
+    std::vector<Value *> current = ahead.enter(b, i);
     Value *node = nodesMajor ? node0 : nodePhi;
     Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
     Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
     Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
-    Value *at = nodesMajor ? b.CreateAdd(b.CreateMul(node, batch), i) : i;
+    Value *at = b.CreateAdd(base, i);
+    ElementIO io{f, at, t, 0};
+    for (size_t a = 0; a < current.size(); ++a)
+      io.preloaded[a] = current[a];
     SwitchInst *sw = b.CreateSwitch(unit, latch, unsigned(k.units.size()));
     for (size_t u = 0; u < k.units.size(); ++u) {
       BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, latch);
@@ -72,7 +160,7 @@ public:
       b.SetInsertPoint(body);
       std::vector<Value *> slot;
       lowering_.constants(b, *k.units[u], params, t, slot);
-      if (auto r = lowering_.element(b, k.shape, *k.units[u], slot, ElementIO{f, at, t, 0}, nullptr); !r)
+      if (auto r = lowering_.element(b, k.shape, *k.units[u], slot, io, nullptr); !r)
         return r.takeError();
       b.CreateBr(latch);
     }
@@ -80,6 +168,7 @@ public:
     b.SetInsertPoint(latch);
     Value *next = b.CreateAdd(i, step, "i.next", true, true);
     i->addIncoming(next, latch);
+    ahead.close(latch);
     if (nodePhi) {
       Value *n1 = b.CreateAdd(nodePhi, stepNodes);
       nodePhi->addIncoming(b.CreateSelect(b.CreateICmpUGE(n1, nodes), b.CreateSub(n1, nodes), n1), latch);
@@ -101,38 +190,48 @@ public:
     Value *n = f->getArg(4);
     bool sums = r.shape == KernelShape::LossReduce || r.shape == KernelShape::LossFused;
 
-    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
-               *exit = BasicBlock::Create(ctx_, "exit", f);
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
+               *loop = BasicBlock::Create(ctx_, "loop", f), *exit = BasicBlock::Create(ctx_, "exit", f);
     IRBuilder<> b(entry);
     if (opt_.fastMath)
       b.setFastMathFlags(FastMathFlags::getFast());
     std::vector<Value *> slot;
     lowering_.constants(b, *r.program, f->getArg(3), t, slot);
     auto [start, step] = gridStride(b);
-    b.CreateCondBr(b.CreateICmpSLT(start, n), loop, exit);
+    b.CreateCondBr(b.CreateICmpSLT(start, n), pre, exit);
+
+    b.SetInsertPoint(pre);
+    LoadAhead ahead(b, t, {f->getArg(0), f->getArg(1)}, b.getInt64(0), start, step, n);
+    b.CreateBr(loop);
 
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
-    i->addIncoming(start, entry);
+    i->addIncoming(start, pre);
     PHINode *acc = nullptr;
     if (sums) {
       acc = b.CreatePHI(b.getDoubleTy(), 2, "sum");
-      acc->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
+      acc->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), pre);
     }
-    auto accNext = lowering_.element(b, r.shape, *r.program, slot, ElementIO{f, i, t, 5}, acc);
+    std::vector<Value *> current = ahead.enter(b, i);
+    ElementIO io{f, i, t, 5};
+    io.preloaded[0] = current[0];
+    io.preloaded[1] = current[1];
+    auto accNext = lowering_.element(b, r.shape, *r.program, slot, io, acc);
     if (!accNext)
       return accNext.takeError();
     Value *next = b.CreateAdd(i, step, "i.next", true, true);
-    i->addIncoming(next, loop);
+    BasicBlock *latch = b.GetInsertBlock();
+    i->addIncoming(next, latch);
+    ahead.close(latch);
     if (acc)
-      acc->addIncoming(*accNext, loop);
+      acc->addIncoming(*accNext, latch);
     b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
 
     b.SetInsertPoint(exit);
     if (sums) {
       PHINode *mine = b.CreatePHI(b.getDoubleTy(), 2, "mine");
       mine->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
-      mine->addIncoming(*accNext, loop);
+      mine->addIncoming(*accNext, latch);
       storeWarpSum(b, f, mine, f->getArg(6), b.CreateUDiv(start, b.getInt64(kWarp)));
     }
     b.CreateRetVoid();

@@ -56,7 +56,11 @@ void markArraysNoAlias(Function &fn) {
 llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelShape shape, const Program &p,
                                                  std::vector<Value *> &slot, const ElementIO &io, Value *acc) {
   Type *t = io.t;
-  auto load = [&](unsigned arg) { return b.CreateLoad(t, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
+  auto load = [&](unsigned arg) -> Value * {
+    if (arg < 2 && io.preloaded[arg])
+      return io.preloaded[arg];
+    return b.CreateLoad(t, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at));
+  };
   auto store = [&](Value *v, unsigned arg) { b.CreateStore(v, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
   Value *vars[3] = {nullptr, nullptr, nullptr};
   if (isLossShape(shape)) {

@@ -27,6 +27,9 @@ struct ElementIO {
   llvm::Value *at = nullptr;
   llvm::Type *t = nullptr;
   unsigned scaleArg = 0; ///< Loss kernels: the argument holding `scale`.
+  /// Inputs already loaded (arrays 0 and 1: z and err, or yPred and yTrue),
+  /// for kernels that load ahead; null: load at `at`.
+  llvm::Value *preloaded[2] = {nullptr, nullptr};
 };
 
 /// noalias + nocapture on every pointer argument: arrays may be the same

@@ -54,6 +54,8 @@ extern "C" uint32_t emuNctaidX() { return self.nctaidX; }
 extern "C" uint32_t emuNctaidY() { return self.nctaidY; }
 // shfl.sync.down with the whole warp as one segment: lanes past the end
 // keep their own value.
+extern "C" float emuLdgF32(const float *p, int32_t) { return *p; }
+extern "C" double emuLdgF64(const double *p, int32_t) { return *p; }
 extern "C" uint32_t emuShflDown(uint32_t, uint32_t v, uint32_t delta, uint32_t) {
   uint32_t lane = self.tid % 32;
   self.warp->slots[lane] = v;
@@ -112,7 +114,9 @@ public:
         {"llvm.nvvm.read.ptx.sreg.ctaid.y", reinterpret_cast<void *>(&emuCtaidY)},
         {"llvm.nvvm.read.ptx.sreg.nctaid.x", reinterpret_cast<void *>(&emuNctaidX)},
         {"llvm.nvvm.read.ptx.sreg.nctaid.y", reinterpret_cast<void *>(&emuNctaidY)},
-        {"llvm.nvvm.shfl.sync.down.i32", reinterpret_cast<void *>(&emuShflDown)}};
+        {"llvm.nvvm.shfl.sync.down.i32", reinterpret_cast<void *>(&emuShflDown)},
+        {"llvm.nvvm.ldg.global.f.f32.p1", reinterpret_cast<void *>(&emuLdgF32)},
+        {"llvm.nvvm.ldg.global.f.f64.p1", reinterpret_cast<void *>(&emuLdgF64)}};
     llvm::orc::SymbolMap symbols;
     std::vector<llvm::Function *> fns;
     for (llvm::Function &f : *m)
