@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace hsnn {
 
@@ -55,6 +56,11 @@ public:
   virtual ~Backend() = default;
   /// "cpu", "cuda:0", ...
   virtual std::string name() const = 0;
+  /// The device ordinal (-1 for the CPU), its name ("NVIDIA H100 80GB HBM3", or
+  /// the CPU model), and its compute capability ({9, 0}; {0, 0} for the CPU).
+  virtual int deviceId() const = 0;
+  virtual std::string deviceName() const = 0;
+  virtual std::pair<int, int> computeCapability() const = 0;
   virtual bool isAvailable() const = 0;
   /// Room for `count` elements of `dtype` (64-byte aligned on the CPU).
   virtual Expected<DeviceBuffer> allocate(size_t count, DType dtype) = 0;

@@ -46,6 +46,9 @@ public:
   CudaBackend(const CudaDriver &d, const GpuDevice &dev, CUcontext ctx) : d_(d), dev_(dev), ctx_(ctx) {}
 
   std::string name() const override { return fmt::format("cuda:{}", dev_.ordinal); }
+  int deviceId() const override { return dev_.ordinal; }
+  std::string deviceName() const override { return dev_.name; }
+  std::pair<int, int> computeCapability() const override { return {dev_.ccMajor, dev_.ccMinor}; }
   bool isAvailable() const override { return true; }
 
   Expected<DeviceBuffer> allocate(size_t count, DType dtype) override {

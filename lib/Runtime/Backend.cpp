@@ -23,6 +23,16 @@ size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
 class CpuBackend final : public Backend {
 public:
   std::string name() const override { return "cpu"; }
+  int deviceId() const override { return -1; }
+  std::string deviceName() const override {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+        return line.substr(line.find(':') + 2);
+    return "cpu";
+  }
+  std::pair<int, int> computeCapability() const override { return {0, 0}; }
   bool isAvailable() const override { return true; }
 
   Expected<DeviceBuffer> allocate(size_t count, DType dtype) override {

@@ -126,6 +126,12 @@ TEST_CASE("cuda backends move memory, check every copy and free what they alloca
     REQUIRE(b0);
     REQUIRE(b1);
     CHECK((*b1)->name() == "cuda:1");
+    CHECK((*b1)->deviceId() == 1);
+    CHECK((*b1)->deviceName() == "hsnn fake GPU (sm_90)");
+    CHECK((*b1)->computeCapability() == std::pair{9, 0});
+    auto b2 = getBackend("cuda:2");
+    REQUIRE(b2);
+    CHECK((*b2)->computeCapability() == std::pair{8, 0});
     CHECK((*b1)->isAvailable());
     auto buf = (*b1)->allocate(1000, DType::F32);
     REQUIRE(buf);

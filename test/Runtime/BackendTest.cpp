@@ -15,6 +15,9 @@ TEST_CASE("the CPU backend allocates, copies and reports memory") {
   auto cpu = getBackend("cpu");
   REQUIRE(cpu);
   CHECK((*cpu)->name() == "cpu");
+  CHECK((*cpu)->deviceId() == -1);
+  CHECK_FALSE((*cpu)->deviceName().empty());
+  CHECK((*cpu)->computeCapability() == std::pair{0, 0});
   CHECK((*cpu)->isAvailable());
   auto buf = (*cpu)->allocate(1000, DType::F32);
   REQUIRE(buf);

@@ -8,6 +8,7 @@
 #include "BenchCommon.h"
 #include "Commands.h"
 
+#include "hsnn/Backend.h"
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
@@ -194,12 +195,8 @@ private:
 };
 
 std::string cpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0)
-      return line.substr(line.find(':') + 2);
-  return "unknown";
+  auto cpu = getBackend("cpu");
+  return cpu ? (*cpu)->deviceName() : "unknown";
 }
 
 // Compiles the W1 layer once and prints the compile time: run in a fresh
