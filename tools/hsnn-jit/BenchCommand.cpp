@@ -338,6 +338,8 @@ int runBench(std::span<const std::string_view> args) {
   };
   if (gpu) {
     o.method = Method::Cuda;
+    if (auto backend = getBackend(o.device); !backend)
+      return failed(backend.error());
     if (o.workload == "compile" || o.workload == "all")
       if (Error e = runGpuCompileBench(o, gpuCompile))
         return failed(e);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds what a GPU machine without LLVM needs to run hsnn's GPU tests and
+# benchmarks: hsnn-jit and CUDATests linked statically against LLVM,
+# stripped and gzip'd, with libtbb/libzstd beside them and run.sh, in
+# gpu-bundle/ (git-ignored). It stays under the 64 MiB a device session can
+# carry. On the GPU machine: bash gpu-bundle/run.sh OUTDIR
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DHSNN_LLVM_STATIC=ON >/dev/null
+cmake --build build-static --target hsnn-jit CUDATests
+rm -rf gpu-bundle
+mkdir -p gpu-bundle
+for binary in build-static/bin/hsnn-jit build-static/test/CUDATests; do
+  name=$(basename "$binary")
+  strip -o "gpu-bundle/$name" "$binary"
+  gzip -9 "gpu-bundle/$name"
+done
+for lib in libtbb.so.12 libzstd.so.1; do
+  cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')" gpu-bundle/
+done
+cp bench/gpu/run.sh gpu-bundle/run.sh
+du -sh gpu-bundle

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the bundle make-bundle.sh built: the GPU tests
+# (every kernel against the interpreter), then the GPU benchmark next to a
+# device-to-device copy, then the CPU benchmark for comparison. Results go
+# to OUTDIR (default: $OUT, else ./gpu-results).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-${OUT:-./gpu-results}}
+mkdir -p "$out"
+cd "$here"
+for f in *.gz; do gunzip -kf "$f"; done
+chmod +x hsnn-jit CUDATests
+export LD_LIBRARY_PATH="$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export HSNN_CACHE_DIR="$out/kernel-cache"
+./hsnn-jit info | tee "$out/info.txt"
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || true
+./CUDATests --duration=true > "$out/gpu-tests.txt" 2>&1
+echo "CUDATests exit $?" >> "$out/gpu-tests.txt"
+tail -4 "$out/gpu-tests.txt"
+./hsnn-jit bench --device cuda --workload all --dtype both --reps 20 --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.err"
+echo "bench --device cuda exit $?"
+cat "$out/bench-gpu.json" "$out/bench-gpu.err"
+./hsnn-jit bench --device cuda --workload all --reps 20 > "$out/bench-gpu.txt" 2>&1
+./hsnn-jit bench --method cuda --workload W1 --reps 5 > "$out/bench-gpu-host-arrays.txt" 2>&1
+./hsnn-jit bench --workload all --reps 10 > "$out/bench-cpu.txt" 2>&1
+echo done
