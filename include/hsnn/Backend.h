@@ -84,6 +84,11 @@ public:
   /// without streams copy synchronously.
   virtual Error toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &stream);
   virtual Error toHostAsync(void *host, const DeviceBuffer &src, size_t bytes, size_t offset, Stream &stream);
+
+protected:
+  /// What every copy checks first: the buffer is this backend's, the host
+  /// pointer is set, and [offset, offset + bytes) lies inside the buffer.
+  Error checkCopy(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const;
 };
 
 /// "auto" (the best available), "cpu", "cuda" (device 0) or "cuda:N".

@@ -6,6 +6,7 @@
 // its own JITDylib, removed when the last layer using it goes away.
 //===----------------------------------------------------------------------===//
 #include "HostJIT.h"
+#include "Program/Stopwatch.h"
 
 #include "CodeGen/Pipeline.h"
 
@@ -30,8 +31,6 @@
 namespace hsnn::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 Error fromLLVM(llvm::Error e, std::string_view what) {
   return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));

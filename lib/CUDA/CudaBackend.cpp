@@ -165,13 +165,8 @@ private:
     return Error(ErrorCode::Unsupported, fmt::format("{} on {} failed: {}", what, name(), d_.errorString(r)));
   }
   Error check(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const {
-    if (buf.backend() != name())
-      return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not {}", buf.backend(), name()));
-    if (bytes && !host)
-      return Error(ErrorCode::InvalidArgument, "null host pointer");
-    if (offset > buf.bytes() || bytes > buf.bytes() - offset)
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
+    if (Error e = checkCopy(buf, host, bytes, offset))
+      return e;
     return current();
   }
 

@@ -6,6 +6,7 @@
 // follows the IEEE default: no flush-to-zero unless fast math is asked for.
 //===----------------------------------------------------------------------===//
 #include "PTXCompiler.h"
+#include "Program/Stopwatch.h"
 
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -36,8 +37,6 @@
 
 namespace hsnn::detail {
 namespace {
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 constexpr const char *kTriple = "nvptx64-nvidia-cuda";
 } // namespace
 

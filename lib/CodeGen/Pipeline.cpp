@@ -1,5 +1,6 @@
 //===- lib/CodeGen/Pipeline.cpp - Requests to optimised machine code ------===//
 #include "Pipeline.h"
+#include "Program/Stopwatch.h"
 
 #include <llvm/Analysis/CGSCCPassManager.h>
 #include <llvm/Analysis/LoopAnalysisManager.h>
@@ -23,8 +24,6 @@
 namespace hsnn::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // The emitter's kernels are single counted loops over straight-line,
 // already CSE'd code with constants hoisted: they need the vectorizer and a

@@ -1,5 +1,6 @@
 //===- lib/Runtime/ActivationLayer.cpp - Per-node formulas as one layer ---===//
 #include "hsnn/Formula.h"
+#include "Program/Stopwatch.h"
 #include "hsnn/Layer.h"
 
 #include "GpuLayer.h"
@@ -29,10 +30,10 @@ using detail::ActivationKernel;
 using detail::ActivationPlan;
 using detail::KernelShape;
 using detail::Program;
+using detail::Clock;
+using detail::msSince;
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 // Contiguous elements per JIT call: long enough to amortise the call, short
 // enough that a batch-major tile stays in L2.
 constexpr size_t kJitBlock = 4096, kJitTileBytes = 1024;
@@ -202,13 +203,9 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
     return Error(ErrorCode::InvalidArgument, "a layer needs at least one node");
   if (Error e = impl->guard.configure(options.threads))
     return e;
-  if (options.optLevel < 0 || options.optLevel > 3)
-    return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", options.optLevel));
-  auto method = resolveMethod(options.method);
+  auto method = detail::checkedMethod(options.method, options.optLevel, options.gpuId);
   if (!method)
     return method.takeError();
-  if (Error e = detail::checkGpuId(*method, options.gpuId))
-    return e;
 
   auto t0 = Clock::now();
   std::vector<Diagnostic> diags;

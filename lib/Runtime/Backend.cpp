@@ -91,19 +91,23 @@ public:
   bool supportsFeature(std::string_view f) const override { return f == "shared_memory"; }
 
 private:
-  static Error check(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) {
-    if (buf.backend() != "cpu")
-      return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not cpu", buf.backend()));
-    if (bytes && !host)
-      return Error(ErrorCode::InvalidArgument, "null host pointer");
-    if (offset > buf.bytes() || bytes > buf.bytes() - offset)
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
-    return Error::success();
+  Error check(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const {
+    return checkCopy(buf, host, bytes, offset);
   }
 };
 
 } // namespace
+
+Error Backend::checkCopy(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const {
+  if (buf.backend() != name())
+    return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not {}", buf.backend(), name()));
+  if (bytes && !host)
+    return Error(ErrorCode::InvalidArgument, "null host pointer");
+  if (offset > buf.bytes() || bytes > buf.bytes() - offset)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
+  return Error::success();
+}
 
 Expected<std::shared_ptr<Stream>> Backend::createStream() {
   return Error(ErrorCode::Unsupported, fmt::format("backend {} has no streams", name()));

@@ -1,5 +1,6 @@
 //===- lib/Runtime/GpuLayer.cpp - Layers and losses on an NVIDIA GPU ------===//
 #include "GpuLayer.h"
+#include "Program/Stopwatch.h"
 
 #include "Cache/ObjectCache.h"
 
@@ -20,8 +21,6 @@
 namespace hsnn::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
 constexpr unsigned kWarp = 32, kMaxGridY = 65535;

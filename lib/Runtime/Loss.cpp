@@ -187,13 +187,9 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   impl->options = options;
   if (Error e = impl->guard.configure(options.threads))
     return e;
-  if (options.optLevel < 0 || options.optLevel > 3)
-    return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", options.optLevel));
-  auto method = resolveMethod(options.method);
+  auto method = detail::checkedMethod(options.method, options.optLevel, options.gpuId);
   if (!method)
     return method.takeError();
-  if (Error e = detail::checkGpuId(*method, options.gpuId))
-    return e;
   auto parsed = parseFormulaDetailed(*impl->ctx, text, {FormulaMode::Loss});
   if (auto *d = std::get_if<Diagnostic>(&parsed))
     return toError({*d});

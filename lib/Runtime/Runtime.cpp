@@ -3,6 +3,7 @@
 
 #include "CPU/HostJIT.h"
 #include "CUDA/Driver.h"
+#include "GpuLayer.h"
 #include "Warn.h"
 
 #include <cstdlib>
@@ -129,6 +130,17 @@ Expected<Method> gpuFailed(const Error &failure) {
     return Error(failure.code(), "cuda failed (strict mode): " + failure.message());
   warn(fmt::format("cuda failed: {}; using {}", failure.message(), to_string(next)));
   return next;
+}
+
+Expected<Method> checkedMethod(Method asked, int optLevel, int gpuId) {
+  if (optLevel < 0 || optLevel > 3)
+    return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", optLevel));
+  auto method = resolveMethod(asked);
+  if (!method)
+    return method;
+  if (Error e = checkGpuId(*method, gpuId))
+    return e;
+  return method;
 }
 
 Error jitFailed(const Error &failure) {

@@ -18,6 +18,11 @@ Error jitFailed(const Error &failure);
 /// to step down to (with a warning), or the Error strict mode makes of it.
 Expected<Method> gpuFailed(const Error &failure);
 
+/// The checks compile() makes of the options every layer and loss has,
+/// then the method that will run (the fallback policy applied) with its GPU
+/// id checked.
+Expected<Method> checkedMethod(Method asked, int optLevel, int gpuId);
+
 /// Builds code for `method` with the fallback policy: cuda tries
 /// `compileGpu`, stepping down on failure (warning) to cpu_jit, which tries
 /// `compileJit`, stepping down to cpu_interp. Returns the method that will
