@@ -56,10 +56,7 @@ Expected<const CudaDriver *> CudaDriver::get() {
               resolve(lib, "cuStreamCreate", d.cuStreamCreate) && resolve(lib, "cuStreamDestroy_v2", d.cuStreamDestroy) &&
               resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
               resolve(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync) &&
-              resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync) && resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD) &&
-              resolve(lib, "cuEventCreate", d.cuEventCreate) && resolve(lib, "cuEventRecord", d.cuEventRecord) &&
-              resolve(lib, "cuEventSynchronize", d.cuEventSynchronize) &&
-              resolve(lib, "cuEventElapsedTime", d.cuEventElapsedTime) && resolve(lib, "cuEventDestroy_v2", d.cuEventDestroy);
+              resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync) && resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD);
     // The linker entry points are optional (the cache then keeps PTX).
     if (!(resolve(lib, "cuLinkCreate_v2", d.cuLinkCreate) && resolve(lib, "cuLinkAddData_v2", d.cuLinkAddData) &&
           resolve(lib, "cuLinkComplete", d.cuLinkComplete) && resolve(lib, "cuLinkDestroy", d.cuLinkDestroy)))

@@ -23,7 +23,6 @@ using CUstream = struct CUstream_st *;
 using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUlinkState = struct CUlinkState_st *;
-using CUevent = struct CUevent_st *;
 
 struct GpuDevice {
   int ordinal = 0;
@@ -61,18 +60,13 @@ struct CudaDriver {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **) = nullptr;
   CUresult (*cuOccupancyMaxPotentialBlockSize)(int *, int *, CUfunction, size_t (*)(int), size_t, int) = nullptr;
-  // Streams, async and device-to-device copies, events (timing).
+  // Streams, async and device-to-device copies.
   CUresult (*cuStreamCreate)(CUstream *, unsigned) = nullptr;
   CUresult (*cuStreamDestroy)(CUstream) = nullptr;
   CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
-  CUresult (*cuEventCreate)(CUevent *, unsigned) = nullptr;
-  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
-  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
-  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent) = nullptr;
-  CUresult (*cuEventDestroy)(CUevent) = nullptr;
   // PTX to cubin (optional: without them the cache keeps PTX).
   CUresult (*cuLinkCreate)(unsigned, int *, void **, CUlinkState *) = nullptr;
   CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **) = nullptr;

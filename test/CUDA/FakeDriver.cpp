@@ -7,8 +7,7 @@
 // against its allocation), module loading and linking (the PTX's .target and
 // .version are checked against the device and driver; with
 // HSNN_FAKE_CUDA_PTXAS set, ptxas assembles it for the device), occupancy,
-// launches (grid and block limits, the kernel's parameter count), streams and
-// events. It runs no kernel: device memory keeps what was copied in.
+// launches (grid and block limits, the kernel's parameter count) and streams. It runs no kernel: device memory keeps what was copied in.
 //
 // Configured by environment: HSNN_FAKE_CUDA_DEVICES ("9.0,8.0": one device
 // per compute capability), HSNN_FAKE_CUDA_DRIVER (cuDriverGetVersion,
@@ -408,7 +407,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *) 
   return cuMemcpyDtoH_v2(dst, src, bytes);
 }
 
-// ---- streams and events ----
+// ---- streams ----
 CUresult cuStreamCreate(void **stream, unsigned) {
   NEED_CONTEXT();
   *stream = new int(0);
@@ -424,22 +423,6 @@ CUresult cuStreamSynchronize(void *) {
   NEED_CONTEXT();
   return kSuccess;
 }
-CUresult cuEventCreate(void **event, unsigned) {
-  NEED_CONTEXT();
-  *event = new int(0);
-  return kSuccess;
-}
-CUresult cuEventRecord(void *, void *) { return kSuccess; }
-CUresult cuEventSynchronize(void *) { return kSuccess; }
-CUresult cuEventElapsedTime(float *ms, void *, void *) {
-  *ms = 0.001f;
-  return kSuccess;
-}
-CUresult cuEventDestroy_v2(void *event) {
-  delete static_cast<int *>(event);
-  return kSuccess;
-}
-
 // ---- modules and launches ----
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, int *options, void **values) {
   NEED_CONTEXT();
