@@ -6,9 +6,9 @@
 // its own JITDylib, removed when the last layer using it goes away.
 //===----------------------------------------------------------------------===//
 #include "HostJIT.h"
-#include "Program/Stopwatch.h"
 
 #include "CodeGen/Pipeline.h"
+#include "Program/Stopwatch.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -30,7 +30,6 @@
 
 namespace hsnn::detail {
 namespace {
-
 
 Error fromLLVM(llvm::Error e, std::string_view what) {
   return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));

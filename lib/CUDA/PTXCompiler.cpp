@@ -6,15 +6,16 @@
 // follows the IEEE default: no flush-to-zero unless fast math is asked for.
 //===----------------------------------------------------------------------===//
 #include "PTXCompiler.h"
+
 #include "Program/Stopwatch.h"
 
+#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/Linker/Linker.h>
-#include <llvm/Config/llvm-config.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>

@@ -1,5 +1,6 @@
 //===- lib/CodeGen/Pipeline.cpp - Requests to optimised machine code ------===//
 #include "Pipeline.h"
+
 #include "Program/Stopwatch.h"
 
 #include <llvm/Analysis/CGSCCPassManager.h>
@@ -23,7 +24,6 @@
 
 namespace hsnn::detail {
 namespace {
-
 
 // The emitter's kernels are single counted loops over straight-line,
 // already CSE'd code with constants hoisted: they need the vectorizer and a

@@ -1,6 +1,5 @@
 //===- lib/Runtime/ActivationLayer.cpp - Per-node formulas as one layer ---===//
 #include "hsnn/Formula.h"
-#include "Program/Stopwatch.h"
 #include "hsnn/Layer.h"
 
 #include "GpuLayer.h"
@@ -8,6 +7,7 @@
 #include "LayerAccess.h"
 #include "Program/Interpreter.h"
 #include "Program/Launch.h"
+#include "Program/Stopwatch.h"
 #include "RunGuard.h"
 #include "Warn.h"
 

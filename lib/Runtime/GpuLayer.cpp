@@ -1,8 +1,8 @@
 //===- lib/Runtime/GpuLayer.cpp - Layers and losses on an NVIDIA GPU ------===//
 #include "GpuLayer.h"
-#include "Program/Stopwatch.h"
 
 #include "Cache/ObjectCache.h"
+#include "Program/Stopwatch.h"
 
 #include "hsnn/Runtime.h"
 
@@ -11,7 +11,6 @@
 #endif
 
 #include <algorithm>
-#include <chrono>
 #include <fmt/format.h>
 
 #ifndef HSNN_VERSION
@@ -20,7 +19,6 @@
 
 namespace hsnn::detail {
 namespace {
-
 
 size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
 constexpr unsigned kWarp = 32, kMaxGridY = 65535;
