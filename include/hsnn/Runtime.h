@@ -34,6 +34,7 @@ struct GpuInfo {
   std::string name;
   std::string arch; ///< sm_XY from the compute capability
   size_t totalMemory = 0;
+  std::string codeArch; ///< The sm_XY hsnn generates PTX for on it; empty when it cannot
 };
 
 struct RuntimeInfo {

@@ -4,6 +4,10 @@
 #include "CPU/HostJIT.h"
 #include "CUDA/Driver.h"
 #include "GpuLayer.h"
+
+#if HSNN_HAS_NVPTX
+#include "CUDA/PTXCompiler.h"
+#endif
 #include "Warn.h"
 
 #include <cstdlib>
@@ -61,12 +65,15 @@ const RuntimeInfo &runtimeInfo() {
       i.gpuUnavailableReason = driver.error().message();
     } else {
       i.cudaDriverVersion = (*driver)->driverVersion;
-      for (const detail::GpuDevice &g : (*driver)->devices)
-        i.gpus.push_back({g.name, g.arch(), g.totalMemory});
+      for (const detail::GpuDevice &g : (*driver)->devices) {
+        i.gpus.push_back({g.name, g.arch(), g.totalMemory, ""});
+#if HSNN_HAS_NVPTX
+        if (auto code = detail::ptxArchFor(g.ccMajor, g.ccMinor))
+          i.gpus.back().codeArch = *code;
+#endif
+      }
       i.numGpus = int(i.gpus.size());
 #if HSNN_HAS_NVPTX
-      // The cuda method can run. It is not the default until the GPU path
-      // has been validated on a GPU (no device was available when written).
       i.gpuEnabled = i.numGpus > 0;
 #else
       i.gpuUnavailableReason = "this build has no NVPTX code generator (HSNN_ENABLE_JIT=OFF)";

@@ -92,6 +92,17 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   rm -rf "$dir"
 fi
 
+# GPUs as info reports them, from the stand-in driver (test/CUDA/FakeDriver.cpp).
+if [ -n "${2:-}" ]; then
+  got=$(HSNN_CUDA_LIBRARY="$2" HSNN_FAKE_CUDA_DEVICES=9.0,10.0 "$J" info | grep -E '^(gpus|cuda driver|  cuda:)')
+  if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then  # builds with the code generators
+    want=$'gpus:           2\ncuda driver:    12.4\n  cuda:0 hsnn fake GPU (sm_90) (sm_90, 1024 MiB), code for sm_90\n  cuda:1 hsnn fake GPU (sm_100) (sm_100, 1024 MiB), code for sm_90'
+  else
+    want=$'gpus:           2\ncuda driver:    12.4\n  cuda:0 hsnn fake GPU (sm_90) (sm_90, 1024 MiB)\n  cuda:1 hsnn fake GPU (sm_100) (sm_100, 1024 MiB)'
+  fi
+  if [ "$got" = "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); printf 'FAIL info gpus\n--- got\n%s\n--- want\n%s\n' "$got" "$want"; fi
+fi
+
 for sub in parse diff eval bench cache info compile; do
   out=$("$J" $sub --help 2>&1); code=$?
   if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi

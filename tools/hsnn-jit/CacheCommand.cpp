@@ -110,21 +110,33 @@ int runInfo(std::span<const std::string_view> args) {
       ++cacheEntries;
     }
   if (json) {
+    std::string gpus;
+    for (size_t k = 0; k < i.gpus.size(); ++k)
+      gpus += fmt::format("{}{{\"id\": {}, \"name\": {}, \"arch\": \"{}\", \"code_arch\": \"{}\", \"memory\": {}}}",
+                          k ? ", " : "", k, jsonQuote(i.gpus[k].name), i.gpus[k].arch, i.gpus[k].codeArch,
+                          i.gpus[k].totalMemory);
     fmt::print("{{\"cpu\": {}, \"cpu_capability\": \"{}\", \"threads\": {}, \"cpu_jit_enabled\": {}, "
-               "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpu_unavailable_reason\": {}, "
+               "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpus\": [{}], "
+               "\"cuda_driver_version\": {}, \"gpu_unavailable_reason\": {}, "
                "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
                "\"cache_entries\": {}, \"cache_bytes\": {}}}\n",
                jsonQuote(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonQuote(i.cpuJitUnavailableReason),
-               i.gpuEnabled, i.numGpus, jsonQuote(i.gpuUnavailableReason), to_string(i.defaultMethod), f.useKernelCache,
-               f.strict, jsonQuote(kernelCacheDir()), cacheEntries, cacheBytes);
+               i.gpuEnabled, i.numGpus, gpus, i.cudaDriverVersion, jsonQuote(i.gpuUnavailableReason),
+               to_string(i.defaultMethod), f.useKernelCache, f.strict, jsonQuote(kernelCacheDir()), cacheEntries,
+               cacheBytes);
     return Ok;
   }
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
   fmt::print("threads:        {}\n", threads);
   fmt::print("cpu_jit:        {}\n", i.cpuJitEnabled ? "available" : "unavailable: " + i.cpuJitUnavailableReason);
   fmt::print("gpus:           {}\n", i.numGpus ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
-  for (const GpuInfo &g : i.gpus)
-    fmt::print("  {} ({}, {} MiB)\n", g.name, g.arch, g.totalMemory >> 20);
+  if (i.numGpus)
+    fmt::print("cuda driver:    {}.{}\n", i.cudaDriverVersion / 1000, i.cudaDriverVersion % 1000 / 10);
+  for (size_t k = 0; k < i.gpus.size(); ++k) {
+    const GpuInfo &g = i.gpus[k];
+    fmt::print("  cuda:{} {} ({}, {} MiB){}\n", k, g.name, g.arch, g.totalMemory >> 20,
+               g.codeArch.empty() ? std::string() : ", code for " + g.codeArch);
+  }
   if (i.numGpus && !i.gpuEnabled)
     fmt::print("cuda method:    unavailable: {}\n", i.gpuUnavailableReason);
   fmt::print("default method: {}\n", to_string(i.defaultMethod));
