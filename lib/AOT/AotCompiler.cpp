@@ -148,25 +148,16 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
   std::vector<KernelRequest> requests;
   std::deque<detail::Program> baked;
   detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.params, {}};
-  std::map<std::pair<uint32_t, std::vector<double>>, size_t> unitOf;
-  for (size_t n = 0; n < model.nodeGroup.size(); ++n) {
-    uint32_t g = model.nodeGroup[n];
-    std::vector<double> values;
-    if (options.bakeConstants)
-      values.assign(model.params.begin() + model.offsets[n],
-                    model.params.begin() + model.offsets[n] + model.groupConstants[g].size());
-    auto [it, fresh] = unitOf.try_emplace({g, values}, unitOf.size());
-    for (size_t k = 0; k < 3; ++k) {
-      std::string sym = fmt::format("{}_u{}_{}", name, it->second, detail::shapeName(KernelShape(k)));
-      if (fresh) {
-        const detail::Program *p = model.groupPrograms[g][k];
-        if (options.bakeConstants)
-          p = &baked.emplace_back(p->withConstants(values.data()));
-        requests.push_back({sym, p, KernelShape(k), dtype, layout == Layout::BatchMajor});
-      }
-      entry.nodeKernel[k].push_back(sym);
-    }
-  }
+  detail::UnitPlan plan = detail::planUnits(model, options.bakeConstants, baked);
+  auto symbol = [&](size_t unit, size_t k) {
+    return fmt::format("{}_u{}_{}", name, unit, detail::shapeName(KernelShape(k)));
+  };
+  for (size_t u = 0; u < plan.programs.size(); ++u)
+    for (size_t k = 0; k < 3; ++k)
+      requests.push_back({symbol(u, k), plan.programs[u][k], KernelShape(k), dtype, layout == Layout::BatchMajor});
+  for (uint32_t unit : plan.unitOf)
+    for (size_t k = 0; k < 3; ++k)
+      entry.nodeKernel[k].push_back(symbol(unit, k));
   detail::PipelineOptions po = pipelineOptions(*target, options);
   auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
                                        [&](llvm::Module &m) { return detail::emitLayerEntryPoints(m, entry); });

@@ -68,25 +68,12 @@ struct ActivationLayer::Impl {
   mutable Error fusedError;
   mutable bool fusedCompiled = false;
 
-  // One code unit per distinct formula; with baked constants, per distinct
-  // (formula, constant values).
+  detail::LayerAccess::Activation model() const;
+
   void planUnits() {
-    std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> index;
-    for (size_t n = 0; n < nodeGroup.size(); ++n) {
-      uint32_t g = nodeGroup[n];
-      std::vector<double> values;
-      if (options.bakeConstants)
-        values.assign(params.begin() + offsets[n], params.begin() + offsets[n] + groups[g].formula.constants.size());
-      auto [it, fresh] = index.try_emplace({g, values}, uint32_t(unitPrograms.size()));
-      if (fresh) {
-        std::array<const Program *, 3> progs;
-        for (size_t k = 0; k < 3; ++k)
-          progs[k] = options.bakeConstants ? &baked.emplace_back(groups[g].programs[k].withConstants(values.data()))
-                                           : &groups[g].programs[k];
-        unitPrograms.push_back(progs);
-      }
-      unitOf.push_back(it->second);
-    }
+    detail::UnitPlan plan = detail::planUnits(model(), options.bakeConstants, baked);
+    unitPrograms = std::move(plan.programs);
+    unitOf = std::move(plan.unitOf);
   }
 
   Error compileKinds(std::initializer_list<ActivationKernel> kinds, CompileInfo &stats) {
@@ -382,19 +369,43 @@ std::string ActivationLayer::derivative(size_t node) const {
   return node < numNodes() ? print(impl_->groups[impl_->nodeGroup[node]].derivative) : std::string();
 }
 
-} // namespace hsnn
-
-namespace hsnn::detail {
-LayerAccess::Activation LayerAccess::activation(const ActivationLayer &layer) {
-  const ActivationLayer::Impl &impl = *layer.impl_;
-  Activation a;
-  for (const auto &g : impl.groups) {
+detail::LayerAccess::Activation ActivationLayer::Impl::model() const {
+  detail::LayerAccess::Activation a;
+  for (const auto &g : groups) {
     a.groupPrograms.push_back({&g.programs[0], &g.programs[1], &g.programs[2]});
     a.groupConstants.push_back(g.formula.constants);
   }
-  a.nodeGroup = impl.nodeGroup;
-  a.params = impl.params;
-  a.offsets = impl.offsets;
+  a.nodeGroup = nodeGroup;
+  a.params = params;
+  a.offsets = offsets;
   return a;
+}
+
+} // namespace hsnn
+
+namespace hsnn::detail {
+LayerAccess::Activation LayerAccess::activation(const ActivationLayer &layer) { return layer.impl_->model(); }
+
+UnitPlan planUnits(const LayerAccess::Activation &model, bool bakeConstants, std::deque<Program> &baked) {
+  UnitPlan plan;
+  std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> index;
+  for (size_t n = 0; n < model.nodeGroup.size(); ++n) {
+    uint32_t g = model.nodeGroup[n];
+    std::vector<double> values;
+    if (bakeConstants) {
+      auto first = model.params.begin() + std::ptrdiff_t(model.offsets[n]);
+      values.assign(first, first + std::ptrdiff_t(model.groupConstants[g].size()));
+    }
+    auto [it, fresh] = index.try_emplace({g, values}, uint32_t(plan.programs.size()));
+    if (fresh) {
+      std::array<const Program *, 3> programs = model.groupPrograms[g];
+      if (bakeConstants)
+        for (const Program *&p : programs)
+          p = &baked.emplace_back(p->withConstants(values.data()));
+      plan.programs.push_back(programs);
+    }
+    plan.unitOf.push_back(it->second);
+  }
+  return plan;
 }
 } // namespace hsnn::detail

@@ -6,6 +6,7 @@
 #include "hsnn/Layer.h"
 
 #include <array>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,15 @@ struct LayerAccess {
   static Activation activation(const ActivationLayer &layer);
   static LossModel loss(const Loss &loss);
 };
+
+/// A layer's code units: one per distinct formula, or with baked constants
+/// one per distinct (formula, constant values). What the JIT, the GPU
+/// engine and ahead-of-time compilation each make one kernel set for.
+struct UnitPlan {
+  std::vector<std::array<const Program *, 3>> programs; ///< Per unit, by ActivationKernel kind.
+  std::vector<uint32_t> unitOf;                        ///< Per node.
+};
+/// Baked programs are added to `baked`, which must outlive the plan.
+UnitPlan planUnits(const LayerAccess::Activation &model, bool bakeConstants, std::deque<Program> &baked);
 
 } // namespace hsnn::detail
