@@ -6,7 +6,7 @@ include(CMakePackageConfigHelpers)
 set(_hsnn_targets hsnn hsnn_llvm hsnn_fmt)
 if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
-  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnKernelSpec hsnnCPU hsnnCUDADriver)
+  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend)
   if(HSNN_ENABLE_JIT)
     list(APPEND _hsnn_targets hsnnCodeGen hsnnCUDA)
   endif()
@@ -19,6 +19,7 @@ install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets
 set_target_properties(hsnn-jit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS hsnn-jit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/hsnn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/include/hsnn/Version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hsnn)
 install(EXPORT hsnnTargets NAMESPACE hsnn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hsnn)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/hsnnConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/hsnnConfig.cmake

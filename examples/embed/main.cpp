@@ -14,9 +14,9 @@ int main() {
   }
   const size_t batch = 4; // (nodes x batch): each node's batch is contiguous
   std::vector<float> z = {-1, 0, 0.5f, 2, -1, 0, 0.5f, 2, -1, 0, 0.5f, 2}, a(z.size()), err(z.size(), 1.0f), delta(z.size());
-  if (auto e = layer->forward(z.data(), a.data(), batch); e)
+  if (auto e = layer->forward(z, a, batch); e)
     return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
-  if (auto e = layer->backward(z.data(), err.data(), delta.data(), batch); e)
+  if (auto e = layer->backward(z, err, delta, batch); e)
     return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
   std::printf("method: %s\n", std::string(hsnn::to_string(layer->method())).c_str());
   for (size_t n = 0; n < layer->numNodes(); ++n) {

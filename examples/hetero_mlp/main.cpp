@@ -115,13 +115,13 @@ int main() {
   for (size_t epoch = 1; epoch <= kEpochs; ++epoch) {
     dense(x, w1, b1, z1, kSamples, kIn, kHidden);
     h1.resize(z1.size());
-    if (auto e = layer1->forward(z1.data(), h1.data(), kSamples); e)
+    if (auto e = layer1->forward(z1, h1, kSamples); e)
       return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
     dense(h1, w2, b2, z2, kSamples, kHidden, kHidden);
     h2.resize(z2.size());
-    (void)layer2->forward(z2.data(), h2.data(), kSamples);
+    (void)layer2->forward(z2, h2, kSamples);
     dense(h2, w3, b3, out, kSamples, kHidden, 1);
-    auto l = loss->fused(out.data(), y.data(), grad.data(), kSamples); // loss and d/dy_pred (scaled by 1/N)
+    auto l = loss->fused({out.data(), kSamples}, {y.data(), kSamples}, {grad.data(), kSamples}); // loss and d/dy_pred (scaled by 1/N)
     if (!l)
       return std::fprintf(stderr, "%s\n", l.error().message().c_str()), 1;
     if (epoch == 1)
@@ -134,11 +134,11 @@ int main() {
     denseBackward(h2, w3, grad, gw, gb, &d2, kSamples, kHidden, 1);
     a3.step(w3, gw, t), c3.step(b3, gb, t);
     dz2.resize(d2.size());
-    (void)layer2->backward(z2.data(), d2.data(), dz2.data(), kSamples); // delta = err * f'(z)
+    (void)layer2->backward(z2, d2, dz2, kSamples); // delta = err * f'(z)
     denseBackward(h1, w2, dz2, gw, gb, &d1, kSamples, kHidden, kHidden);
     a2.step(w2, gw, t), c2.step(b2, gb, t);
     dz1.resize(d1.size());
-    (void)layer1->backward(z1.data(), d1.data(), dz1.data(), kSamples);
+    (void)layer1->backward(z1, d1, dz1, kSamples);
     denseBackward(x, w1, dz1, gw, gb, nullptr, kSamples, kIn, kHidden);
     a1.step(w1, gw, t), c1.step(b1, gb, t);
   }

@@ -23,21 +23,27 @@ struct MemoryInfo {
   size_t total = 0;
 };
 
-/// Memory owned by a backend; freed when the last copy goes away.
+/// Typed memory owned by a backend: `count` elements of `dtype` on one
+/// device; freed when the last copy goes away. Layers and losses check all
+/// three against what they run.
 class DeviceBuffer {
 public:
   DeviceBuffer() = default;
-  DeviceBuffer(std::shared_ptr<void> data, size_t bytes, std::string backend)
-      : data_(std::move(data)), bytes_(bytes), backend_(std::move(backend)) {}
+  DeviceBuffer(std::shared_ptr<void> data, size_t count, DType dtype, std::string backend)
+      : data_(std::move(data)), count_(count), dtype_(dtype), backend_(std::move(backend)) {}
   void *data() const { return data_.get(); }
-  size_t bytes() const { return bytes_; }
+  /// Elements it holds.
+  size_t count() const { return count_; }
+  DType dtype() const { return dtype_; }
+  size_t bytes() const { return count_ * (dtype_ == DType::F32 ? 4 : 8); }
   /// The backend that owns it ("cpu", "cuda:0", ...).
   const std::string &backend() const { return backend_; }
   template <class T> T *as() const { return static_cast<T *>(data_.get()); }
 
 private:
   std::shared_ptr<void> data_;
-  size_t bytes_ = 0;
+  size_t count_ = 0;
+  DType dtype_ = DType::F32;
   std::string backend_;
 };
 

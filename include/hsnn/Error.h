@@ -1,12 +1,15 @@
 //===- hsnn/Error.h - Errors as values for the public API -------*- C++ -*-===//
 //
 // Every fallible public entry point returns an Error or an Expected<T>; no
-// exception crosses the public API and nothing calls exit().
+// exception crosses the public API and nothing calls exit(). Both are
+// [[nodiscard]]: a result cannot be dropped without a warning (an error
+// under -Werror).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <variant>
@@ -23,7 +26,7 @@ enum class ErrorCode {
 
 /// A failure with a human-readable message. A default-constructed Error means
 /// success, so `if (Error e = f()) report(e);` reads naturally.
-class Error {
+class [[nodiscard]] Error {
 public:
   Error() = default;
   Error(ErrorCode code, std::string message) : failed_(true), code_(code), message_(std::move(message)) {}
@@ -40,29 +43,56 @@ private:
   std::string message_;
 };
 
-/// Either a value or the Error that prevented it (in the spirit of llvm::Expected).
-template <class T> class Expected {
+namespace detail {
+/// Taking the value of an Expected that holds an error is a bug in the
+/// caller. It never throws (the message would be lost in a terminate) and
+/// never returns garbage: it prints the error's message to stderr and aborts.
+[[noreturn]] inline void valueOfError(const Error &e) {
+  std::fprintf(stderr, "hsnn: the value of an Expected was taken, but it holds an error:\n%s\n", e.message().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+} // namespace detail
+
+/// Either a value or the Error that prevented it (in the spirit of
+/// llvm::Expected). value(), operator* and operator-> on an error print the
+/// error and abort (see detail::valueOfError); check it first.
+template <class T> class [[nodiscard]] Expected {
 public:
   Expected(T value) : state_(std::in_place_index<0>, std::move(value)) {}
-  Expected(Error error) : state_(std::in_place_index<1>, std::move(error)) {
-    assert(std::get<1>(state_) && "an Expected cannot hold a success Error");
-  }
+  /// `error` must be a failure; a success Error becomes an Internal error
+  /// saying so, rather than an Expected with neither a value nor an error.
+  Expected(Error error)
+      : state_(std::in_place_index<1>,
+               error ? std::move(error) : Error(ErrorCode::Internal, "an Expected was made from a success Error")) {}
 
   explicit operator bool() const { return state_.index() == 0; }
   bool has_value() const { return state_.index() == 0; }
 
-  T &value() & { return std::get<0>(state_); }
-  const T &value() const & { return std::get<0>(state_); }
-  T &&value() && { return std::get<0>(std::move(state_)); }
+  T &value() & { return *get(); }
+  const T &value() const & { return *get(); }
+  T &&value() && { return std::move(*get()); }
   T &operator*() & { return value(); }
   const T &operator*() const & { return value(); }
-  T *operator->() { return &std::get<0>(state_); }
-  const T *operator->() const { return &std::get<0>(state_); }
+  T &&operator*() && { return std::move(*get()); }
+  T *operator->() { return get(); }
+  const T *operator->() const { return get(); }
 
-  const Error &error() const { return std::get<1>(state_); }
+  /// The error; a success Error when it holds a value.
+  const Error &error() const {
+    static const Error none;
+    return has_value() ? none : std::get<1>(state_);
+  }
   Error takeError() { return has_value() ? Error() : std::get<1>(std::move(state_)); }
 
 private:
+  T *get() {
+    if (state_.index() != 0)
+      detail::valueOfError(std::get<1>(state_));
+    return &std::get<0>(state_);
+  }
+  const T *get() const { return const_cast<Expected *>(this)->get(); }
+
   std::variant<T, Error> state_;
 };
 

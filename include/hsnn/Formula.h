@@ -35,8 +35,9 @@ struct Diagnostic {
   size_t length = 1;   ///< Columns to underline.
   std::string message; ///< The cause, e.g. "unknown function 'tanhh'; did you mean 'tanh'?".
   std::string formula; ///< The text it refers to.
+  bool warning = false; ///< Reported, but compile goes on.
 
-  /// "node 3: error: <message>" then the formula and a caret line.
+  /// "node 3: error: <message>" (or "warning:") then the formula and a caret line.
   std::string render() const;
 };
 
@@ -72,10 +73,12 @@ Expected<Formula> parseFormula(ExprContext &ctx, std::string_view text, const Pa
 
 /// Checks a node's constant values against what its formula needs and
 /// returns them in the order of `formula.constants`. Reports missing,
-/// unused, reserved and non-finite constants.
+/// reserved and non-finite constants. A constant given but not used (shared
+/// constant dictionaries have them) goes to `unused` when it is given, and
+/// is an error otherwise (strict mode).
 std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
                                                            const std::map<std::string, double> &given,
-                                                           int node = -1);
+                                                           int node = -1, std::vector<Diagnostic> *unused = nullptr);
 
 struct SimplifyOptions {
   /// Allows folds that are wrong for inf/NaN/-0 (x*0 -> 0, x-x -> 0,

@@ -10,7 +10,7 @@
 //
 // Constants are read at run time from a per-node params array, so changing
 // one needs no recompile. All calls return errors as values; the objects are
-// cheap to copy (shared state) and safe to run from many threads at once.
+// values (a copy owns its constants) and safe to run from many threads.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -28,9 +28,6 @@
 
 namespace hsnn {
 
-namespace detail {
-struct LayerAccess;
-}
 class DeviceBuffer;
 
 enum class DType { F32, F64 };
@@ -102,11 +99,32 @@ struct CompileInfo {
   size_t objectBytes = 0;
 };
 
+namespace detail {
+struct LayerState;
+}
+
+/// Arrays are passed as sized views (std::span; a std::vector converts), so
+/// a wrong size is an error, never a write past the end. An input and an
+/// output may be the same array (in place); arrays that partially overlap
+/// are refused.
+///
+/// Value semantics: a copy shares the compiled code (copying is cheap) but
+/// owns its constants and its GPU, so changing a copy never changes the
+/// original. Thread safety: any call may run on one object from many
+/// threads at once, setConstant and setGpuId included; each kernel call
+/// sees one consistent set of constants, the one current when it started.
 class ActivationLayer {
 public:
   /// Parses, simplifies and differentiates every node, reporting the
-  /// problems of all nodes together in one Error.
+  /// problems of all nodes together in one Error. Warnings (a constant given
+  /// but unused, a formula that ignores its input) go to the warning handler.
   static Expected<ActivationLayer> compile(const std::vector<NodeSpec> &nodes, const LayerOptions &options = {});
+
+  ActivationLayer(const ActivationLayer &other);
+  ActivationLayer &operator=(const ActivationLayer &other);
+  ActivationLayer(ActivationLayer &&other) noexcept;
+  ActivationLayer &operator=(ActivationLayer &&other) noexcept;
+  ~ActivationLayer();
 
   size_t numNodes() const;
   DType dtype() const;
@@ -116,58 +134,70 @@ public:
   size_t numDistinctFormulas() const;
   const CompileInfo &compileInfo() const;
 
-  /// `z`, `a`, `err`, `delta`, `dfdz` each hold numNodes() * batch elements
-  /// in the layer's layout. The pointer type must match the layer's dtype.
-  Error forward(const float *z, float *a, size_t batch) const;
-  Error forward(const double *z, double *a, size_t batch) const;
-  Error backward(const float *z, const float *err, float *delta, size_t batch) const;
-  Error backward(const double *z, const double *err, double *delta, size_t batch) const;
-  Error fused(const float *z, float *a, float *dfdz, size_t batch) const;
-  Error fused(const double *z, double *a, double *dfdz, size_t batch) const;
+  /// `z`, `a`, `err`, `delta`, `dfdz` each hold exactly numNodes() * batch
+  /// elements in the layer's layout and dtype.
+  [[nodiscard]] Error forward(std::span<const float> z, std::span<float> a, size_t batch) const;
+  [[nodiscard]] Error forward(std::span<const double> z, std::span<double> a, size_t batch) const;
+  [[nodiscard]] Error backward(std::span<const float> z, std::span<const float> err, std::span<float> delta,
+                               size_t batch) const;
+  [[nodiscard]] Error backward(std::span<const double> z, std::span<const double> err, std::span<double> delta,
+                               size_t batch) const;
+  [[nodiscard]] Error fused(std::span<const float> z, std::span<float> a, std::span<float> dfdz, size_t batch) const;
+  [[nodiscard]] Error fused(std::span<const double> z, std::span<double> a, std::span<double> dfdz,
+                            size_t batch) const;
 
   /// The same on buffers from getBackend(): "cpu" buffers with any CPU
   /// method, "cuda:N" buffers (device memory, no copies) with Method::Cuda
-  /// on device N. Buffers must hold numNodes() * batch elements.
-  Error forward(const DeviceBuffer &z, const DeviceBuffer &a, size_t batch) const;
-  Error backward(const DeviceBuffer &z, const DeviceBuffer &err, const DeviceBuffer &delta, size_t batch) const;
-  Error fused(const DeviceBuffer &z, const DeviceBuffer &a, const DeviceBuffer &dfdz, size_t batch) const;
+  /// on device N. Each holds exactly numNodes() * batch elements of the
+  /// layer's dtype.
+  [[nodiscard]] Error forward(const DeviceBuffer &z, const DeviceBuffer &a, size_t batch) const;
+  [[nodiscard]] Error backward(const DeviceBuffer &z, const DeviceBuffer &err, const DeviceBuffer &delta,
+                               size_t batch) const;
+  [[nodiscard]] Error fused(const DeviceBuffer &z, const DeviceBuffer &a, const DeviceBuffer &dfdz,
+                            size_t batch) const;
 
-  /// Moves a layer compiled with Method::Cuda to GPU `id`: its code is
-  /// reloaded there (recompiled, or taken from the cache, only when the
-  /// device's compute capability differs) with its constants. An id outside
+  /// Moves this layer (not its copies) to GPU `id`: its code is reloaded
+  /// there (recompiled, or taken from the cache, only when the device's
+  /// compute capability differs) with its constants. An id outside
   /// 0..numGpus-1 is an error naming the valid range, as is moving a layer
-  /// that runs on the CPU. Not while another thread runs the layer.
-  Error setGpuId(int id);
+  /// that runs on the CPU.
+  [[nodiscard]] Error setGpuId(int id);
   /// The GPU the layer runs on; -1 for CPU methods.
   int gpuId() const;
 
-  /// Changes one constant of one node; the next run sees it, no recompile.
-  Error setConstant(size_t node, std::string_view name, double value);
+  /// Changes one constant of one node; the next call sees it, no recompile.
+  [[nodiscard]] Error setConstant(size_t node, std::string_view name, double value);
   Expected<double> constant(size_t node, std::string_view name) const;
   /// The constants of a node in params order (sorted by name).
   std::vector<std::string> constantNames(size_t node) const;
 
-  /// The seed's flat layout: params()[offsets()[n] + k] is node n's k-th constant.
-  std::span<const double> params() const;
+  /// The seed's flat layout: params()[offsets()[n] + k] is node n's k-th
+  /// constant. A snapshot: later setConstant calls do not change it.
+  std::vector<double> params() const;
   std::span<const uint64_t> offsets() const;
 
   /// Canonical text of the node's formula and of its derivative.
   std::string formula(size_t node) const;
   std::string derivative(size_t node) const;
 
-  struct Impl;
-
 private:
-  friend struct detail::LayerAccess;
-  explicit ActivationLayer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  explicit ActivationLayer(std::unique_ptr<detail::LayerState> state);
   static Expected<ActivationLayer> compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options);
-  std::shared_ptr<Impl> impl_;
+  std::unique_ptr<detail::LayerState> state_;
 };
 
+/// A loss over n elements: every view holds exactly n elements (n is the
+/// size of y_pred). Value semantics and thread safety as ActivationLayer.
 class Loss {
 public:
   static Expected<Loss> compile(std::string_view formula, const std::map<std::string, double> &constants = {},
                                 const LossOptions &options = {});
+
+  Loss(const Loss &other);
+  Loss &operator=(const Loss &other);
+  Loss(Loss &&other) noexcept;
+  Loss &operator=(Loss &&other) noexcept;
+  ~Loss();
 
   Reduction reduction() const;
   DType dtype() const;
@@ -176,41 +206,47 @@ public:
 
   /// The reduced loss (Mean or Sum), accumulated in double in a fixed order:
   /// the same input gives the same bits on every run and thread count.
-  Expected<double> forward(const float *y_pred, const float *y_true, size_t n) const;
-  Expected<double> forward(const double *y_pred, const double *y_true, size_t n) const;
+  Expected<double> forward(std::span<const float> yPred, std::span<const float> yTrue) const;
+  Expected<double> forward(std::span<const double> yPred, std::span<const double> yTrue) const;
   /// Per-element losses, whatever the reduction.
-  Error forwardElements(const float *y_pred, const float *y_true, float *out, size_t n) const;
-  Error forwardElements(const double *y_pred, const double *y_true, double *out, size_t n) const;
+  [[nodiscard]] Error forwardElements(std::span<const float> yPred, std::span<const float> yTrue,
+                                      std::span<float> out) const;
+  [[nodiscard]] Error forwardElements(std::span<const double> yPred, std::span<const double> yTrue,
+                                      std::span<double> out) const;
   /// d loss / d y_pred per element (scaled by 1/n for Mean).
-  Error gradient(const float *y_pred, const float *y_true, float *grad, size_t n) const;
-  Error gradient(const double *y_pred, const double *y_true, double *grad, size_t n) const;
+  [[nodiscard]] Error gradient(std::span<const float> yPred, std::span<const float> yTrue,
+                               std::span<float> grad) const;
+  [[nodiscard]] Error gradient(std::span<const double> yPred, std::span<const double> yTrue,
+                               std::span<double> grad) const;
   /// Loss and gradient in one pass; returns the reduced loss (0 for None).
-  Expected<double> fused(const float *y_pred, const float *y_true, float *grad, size_t n) const;
-  Expected<double> fused(const double *y_pred, const double *y_true, double *grad, size_t n) const;
+  Expected<double> fused(std::span<const float> yPred, std::span<const float> yTrue, std::span<float> grad) const;
+  Expected<double> fused(std::span<const double> yPred, std::span<const double> yTrue, std::span<double> grad) const;
 
   /// The same on buffers from getBackend() ("cpu" buffers with CPU methods,
-  /// "cuda:N" device memory with Method::Cuda); each holds n elements.
-  Expected<double> forward(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, size_t n) const;
-  Error gradient(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
-  Expected<double> fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad, size_t n) const;
+  /// "cuda:N" device memory with Method::Cuda), each of the loss's dtype and
+  /// as many elements as yPred.
+  Expected<double> forward(const DeviceBuffer &yPred, const DeviceBuffer &yTrue) const;
+  [[nodiscard]] Error forwardElements(const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
+                                      const DeviceBuffer &out) const;
+  [[nodiscard]] Error gradient(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad) const;
+  Expected<double> fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad) const;
 
   /// As ActivationLayer::setGpuId.
-  Error setGpuId(int id);
+  [[nodiscard]] Error setGpuId(int id);
   int gpuId() const;
 
-  Error setConstant(std::string_view name, double value);
+  [[nodiscard]] Error setConstant(std::string_view name, double value);
   Expected<double> constant(std::string_view name) const;
+  /// The loss's constants in params order (sorted by name).
+  std::vector<std::string> constantNames() const;
   std::string formula() const;
   std::string derivative() const;
 
-  struct Impl;
-
 private:
-  friend struct detail::LayerAccess;
-  explicit Loss(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  explicit Loss(std::unique_ptr<detail::LayerState> state);
   static Expected<Loss> compileImpl(std::string_view formula, const std::map<std::string, double> &constants,
                                     const LossOptions &options);
-  std::shared_ptr<Impl> impl_;
+  std::unique_ptr<detail::LayerState> state_;
 };
 
 } // namespace hsnn

@@ -1,9 +1,16 @@
 //===- hsnn/Runtime.h - Detected facts, flags and fallback policy -*- C++ -*-===//
 //
 // What this process can run (GPU, CPU JIT, CPU capability) and the user
-// flags that steer it, each also settable from the environment:
-//   HSNN_CACHE_DIR, HSNN_USE_KERNEL_CACHE (0/1), HSNN_STRICT (0/1),
-//   HSNN_NUM_THREADS.
+// flags that steer it. Every environment variable hsnn reads:
+//   HSNN_CACHE_DIR          the kernel cache directory (cacheDir)
+//   HSNN_USE_KERNEL_CACHE   0/1 (also true/false, on/off, yes/no)
+//   HSNN_STRICT             0/1 (the same spellings): fallbacks become errors
+//   HSNN_NUM_THREADS        0..1024 (0: all cores)
+//   HSNN_CUDA_LIBRARY       the CUDA driver library to dlopen (default libcuda.so.1)
+//   HSNN_LIBDEVICE          libdevice bitcode for GPU math (default: the toolkit's, found at build time)
+//   HSNN_PTXAS              ptxas, used only by the tests' stand-in driver
+// A value that cannot be read is reported through the warning handler,
+// naming the variable and the accepted values, and the default is used.
 // When the method asked for is unavailable, hsnn warns through the warning
 // handler (stderr by default) and steps down (cuda > cpu_jit > cpu_interp);
 // in strict mode it returns an error instead. It never falls back silently.
@@ -15,6 +22,7 @@
 #include "hsnn/Layer.h"
 
 #include <functional>
+#include <optional>
 #include <vector>
 #include <string>
 #include <string_view>
@@ -24,8 +32,8 @@ namespace hsnn {
 /// User flags. Defaults come from the environment at first use.
 struct RuntimeFlags {
   bool useKernelCache = true; ///< HSNN_USE_KERNEL_CACHE
-  bool strict = false;        ///< HSNN_STRICT: fallbacks become errors
-  unsigned threads = 0;       ///< HSNN_NUM_THREADS; 0: all cores
+  bool strict = false;        ///< HSNN_STRICT: fallbacks become errors; unused constants too
+  unsigned threads = 0;       ///< HSNN_NUM_THREADS; 0: all cores; at most 1024
   std::string cacheDir;       ///< HSNN_CACHE_DIR; empty: $XDG_CACHE_HOME/hsnn or ~/.cache/hsnn
 };
 
@@ -55,10 +63,27 @@ const RuntimeInfo &runtimeInfo();
 RuntimeFlags runtimeFlags();
 void setRuntimeFlags(const RuntimeFlags &flags);
 
-/// Restores the flags it replaced when it goes out of scope.
+/// Changes to some flags; the fields left empty keep their value.
+struct RuntimeFlagsOverride {
+  std::optional<bool> useKernelCache;
+  std::optional<bool> strict;
+  std::optional<unsigned> threads;
+  std::optional<std::string> cacheDir;
+
+  /// Every field of `flags`.
+  static RuntimeFlagsOverride from(const RuntimeFlags &flags) {
+    return {flags.useKernelCache, flags.strict, flags.threads, flags.cacheDir};
+  }
+};
+
+/// Applies the fields `changes` sets and returns the flags as they were.
+RuntimeFlags updateRuntimeFlags(const RuntimeFlagsOverride &changes);
+
+/// Changes the flags it names (only those) and restores the flags it found
+/// when it goes out of scope: ScopedRuntimeFlags strict({.strict = true});
 class ScopedRuntimeFlags {
 public:
-  explicit ScopedRuntimeFlags(const RuntimeFlags &flags);
+  explicit ScopedRuntimeFlags(const RuntimeFlagsOverride &changes);
   ~ScopedRuntimeFlags();
   ScopedRuntimeFlags(const ScopedRuntimeFlags &) = delete;
   ScopedRuntimeFlags &operator=(const ScopedRuntimeFlags &) = delete;

@@ -7,7 +7,10 @@
 
 #include "CUDA/PTXCompiler.h"
 #include "CodeGen/Pipeline.h"
-#include "Runtime/LayerAccess.h"
+#include "Model/CompiledModel.h"
+#include "Runtime/Warn.h"
+
+#include "hsnn/Runtime.h"
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/MC/MCSubtargetInfo.h>
@@ -28,7 +31,7 @@ namespace hsnn {
 namespace {
 
 using detail::KernelRequest;
-using detail::KernelShape;
+using detail::KernelKind;
 
 bool isCIdentifier(const std::string &s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_'))
@@ -123,6 +126,27 @@ detail::PipelineOptions pipelineOptions(const Target &target, const AotOptions &
   return po;
 }
 
+// The same model compile() builds; its warnings go through the warning handler.
+Expected<std::shared_ptr<const detail::CompiledModel>> buildModel(const std::vector<NodeSpec> &nodes,
+                                                                  detail::ModelOptions options) {
+  options.strict = runtimeFlags().strict;
+  std::vector<std::string> warnings;
+  auto m = detail::CompiledModel::activation(nodes, options, warnings);
+  for (const std::string &w : warnings)
+    detail::warn(w);
+  return m;
+}
+Expected<std::shared_ptr<const detail::CompiledModel>> buildModel(const std::string &formula,
+                                                                  const std::map<std::string, double> &constants,
+                                                                  detail::ModelOptions options) {
+  options.strict = runtimeFlags().strict;
+  std::vector<std::string> warnings;
+  auto m = detail::CompiledModel::loss(formula, constants, options, warnings);
+  for (const std::string &w : warnings)
+    detail::warn(w);
+  return m;
+}
+
 std::string formatParams(const std::vector<double> &p) {
   std::string s;
   for (size_t i = 0; i < p.size(); ++i)
@@ -136,28 +160,24 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
                                       Layout layout, const AotOptions &options) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
-  auto layer = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dtype, .layout = layout});
-  if (!layer)
-    return layer.takeError();
-  auto model = detail::LayerAccess::activation(*layer);
+  auto compiled = buildModel(nodes, {.dtype = dtype, .layout = layout, .bakeConstants = options.bakeConstants});
+  if (!compiled)
+    return compiled.takeError();
+  const detail::CompiledModel &model = **compiled;
   auto target = makeTarget(options);
   if (!target)
     return target.takeError();
 
   // One kernel set per formula (or per formula and constants when baked).
   std::vector<KernelRequest> requests;
-  std::deque<detail::Program> baked;
-  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.params, {}};
-  detail::UnitPlan plan = detail::planUnits(model, options.bakeConstants, baked);
-  auto symbol = [&](size_t unit, size_t k) {
-    return fmt::format("{}_u{}_{}", name, unit, detail::shapeName(KernelShape(k)));
-  };
-  for (size_t u = 0; u < plan.programs.size(); ++u)
-    for (size_t k = 0; k < 3; ++k)
-      requests.push_back({symbol(u, k), plan.programs[u][k], KernelShape(k), dtype, layout == Layout::BatchMajor});
-  for (uint32_t unit : plan.unitOf)
-    for (size_t k = 0; k < 3; ++k)
-      entry.nodeKernel[k].push_back(symbol(unit, k));
+  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.defaultParams, {}};
+  auto symbol = [&](size_t unit, KernelKind k) { return fmt::format("{}_u{}_{}", name, unit, detail::kindName(k)); };
+  for (size_t u = 0; u < model.units.size(); ++u)
+    for (KernelKind k : detail::kActivationKinds)
+      requests.push_back({symbol(u, k), model.units[u].programs[size_t(k)], k, dtype, layout == Layout::BatchMajor});
+  for (uint32_t unit : model.unitOf)
+    for (KernelKind k : detail::kActivationKinds)
+      entry.nodeKernel[size_t(k)].push_back(symbol(unit, k));
   detail::PipelineOptions po = pipelineOptions(*target, options);
   auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
                                        [&](llvm::Module &m) { return detail::emitLayerEntryPoints(m, entry); });
@@ -172,12 +192,13 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
       " * Link with -lmvec -lm. Entry points are thread-safe; the _range forms run nodes [node_begin, node_end).\n"
       " * params: {name}_default_params or a copy with changed values; node n's constants start at\n"
       " * {name}_param_offsets[n], in this order:\n",
-      fmt::arg("name", name), fmt::arg("nodes", model.nodeGroup.size()), fmt::arg("dtype", to_string(dtype)),
+      fmt::arg("name", name), fmt::arg("nodes", model.numNodes()), fmt::arg("dtype", to_string(dtype)),
       fmt::arg("layout", to_string(layout)),
       fmt::arg("layoutDoc", layout == Layout::NodesMajor ? "element (n, b) at n*batch + b" : "element (b, n) at b*nodes + n"));
-  for (size_t n = 0; n < model.nodeGroup.size(); ++n) {
-    const auto &c = model.groupConstants[model.nodeGroup[n]];
-    h += fmt::format(" *   node {}: {} = {}\n", n, layer->formula(n), c.empty() ? "(none)" : fmt::format("{}", fmt::join(c, ", ")));
+  for (size_t n = 0; n < model.numNodes(); ++n) {
+    const auto &c = model.constantNames(n);
+    h += fmt::format(" *   node {}: {} = {}\n", n, print(model.group(n).formula.expr),
+                     c.empty() ? "(none)" : fmt::format("{}", fmt::join(c, ", ")));
   }
   h += " */\n";
   std::string body = fmt::format(
@@ -189,9 +210,9 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
       "void {name}_forward_range(const {T} *z, {T} *a, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
       "void {name}_backward_range(const {T} *z, const {T} *err, {T} *delta, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
       "void {name}_fused_range(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n",
-      fmt::arg("U", upper), fmt::arg("name", name), fmt::arg("T", T), fmt::arg("nodes", model.nodeGroup.size()),
-      fmt::arg("np", model.params.size()), fmt::arg("npa", std::max<size_t>(1, model.params.size())),
-      fmt::arg("vals", formatParams(model.params)),
+      fmt::arg("U", upper), fmt::arg("name", name), fmt::arg("T", T), fmt::arg("nodes", model.numNodes()),
+      fmt::arg("np", model.defaultParams.size()), fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())),
+      fmt::arg("vals", formatParams(model.defaultParams)),
       fmt::arg("L", layout == Layout::NodesMajor ? "NODES_MAJOR" : "BATCH_MAJOR"));
   return AotArtifact{std::move(*bytes), cHeader(h, upper, body)};
 }
@@ -201,27 +222,20 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
                                      const AotOptions &options) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("loss name '{}' is not a C identifier", name));
-  auto loss = Loss::compile(formula, constants, {.method = Method::CpuInterp, .dtype = dtype});
-  if (!loss)
-    return loss.takeError();
-  auto model = detail::LayerAccess::loss(*loss);
+  auto compiled = buildModel(formula, constants, {.dtype = dtype, .bakeConstants = options.bakeConstants});
+  if (!compiled)
+    return compiled.takeError();
+  const detail::CompiledModel &model = **compiled;
   auto target = makeTarget(options);
   if (!target)
     return target.takeError();
-  static const char *suffix[4] = {"elements", "sum", "gradient", "fused"};
-  static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
-                                        KernelShape::LossFused};
-  std::deque<detail::Program> baked;
   std::vector<KernelRequest> requests;
-  for (size_t k = 0; k < 4; ++k) {
-    const detail::Program *p = model.programs[k];
-    if (options.bakeConstants)
-      p = &baked.emplace_back(p->withConstants(model.params.data()));
-    requests.push_back({fmt::format("{}_{}", name, suffix[k]), p, shapes[k], dtype});
-  }
+  for (KernelKind k : detail::kLossKinds)
+    requests.push_back({fmt::format("{}_{}", name, detail::kindInfo(k).cName), model.units[0].programs[size_t(k)], k, dtype});
   detail::PipelineOptions po = pipelineOptions(*target, options);
-  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
-                                       [&](llvm::Module &m) { return detail::emitDefaultParams(m, name, model.params); });
+  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr, [&](llvm::Module &m) {
+    return detail::emitDefaultParams(m, name, model.defaultParams);
+  });
   if (!bytes)
     return bytes.takeError();
   const char *T = cType(dtype);
@@ -231,8 +245,9 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
       " * d/dy_pred: {deriv}\n"
       " * Link with -lmvec -lm. Mean loss = {name}_sum(...)/n; its gradient uses scale = 1/n (sum: 1).\n"
       " * params ({consts}): {name}_default_params or a copy with changed values.\n */\n",
-      fmt::arg("name", name), fmt::arg("formula", loss->formula()), fmt::arg("deriv", loss->derivative()),
-      fmt::arg("consts", model.constants.empty() ? "none" : fmt::format("{}", fmt::join(model.constants, ", "))));
+      fmt::arg("name", name), fmt::arg("formula", print(model.groups[0].formula.expr)),
+      fmt::arg("deriv", print(model.groups[0].derivative)),
+      fmt::arg("consts", model.constantNames(0).empty() ? "none" : fmt::format("{}", fmt::join(model.constantNames(0), ", "))));
   std::string body = fmt::format(
       "#define {U}_NUM_PARAMS {np}\nextern const double {name}_default_params[{npa}];\n"
       "/* out[i] = loss(yp[i], yt[i]); returns 0 */\n"
@@ -243,8 +258,8 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
       "double {name}_gradient(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
       "/* grad as above; returns the sum of the losses */\n"
       "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n",
-      fmt::arg("name", name), fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.params.size()),
-      fmt::arg("npa", std::max<size_t>(1, model.params.size())));
+      fmt::arg("name", name), fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.defaultParams.size()),
+      fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())));
   return AotArtifact{std::move(*bytes), cHeader(h, upper, body)};
 }
 
@@ -261,18 +276,17 @@ Expected<std::string> compileLayerPtx(const std::string &name, const std::vector
                                       const std::string &arch, int optLevel) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
-  auto layer = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dtype});
-  if (!layer)
-    return layer.takeError();
-  auto model = detail::LayerAccess::activation(*layer);
+  auto compiled = buildModel(nodes, {.dtype = dtype});
+  if (!compiled)
+    return compiled.takeError();
+  const detail::CompiledModel &model = **compiled;
   detail::GpuModuleSpec spec;
-  static const char *kinds[3] = {"forward", "backward", "fused"};
   for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor})
-    for (size_t k = 0; k < 3; ++k) {
-      detail::GpuLayerKernel kernel{fmt::format("{}_{}_{}", name, kinds[k], to_string(layout)), KernelShape(k), dtype,
+    for (KernelKind k : detail::kActivationKinds) {
+      detail::GpuLayerKernel kernel{fmt::format("{}_{}_{}", name, detail::kindInfo(k).cName, to_string(layout)), k, dtype,
                                     layout, {}};
-      for (const auto &programs : model.groupPrograms)
-        kernel.units.push_back(programs[k]);
+      for (const detail::CodeUnit &u : model.units)
+        kernel.units.push_back(u.programs[size_t(k)]);
       spec.layers.push_back(std::move(kernel));
     }
   auto ptx = detail::compilePtx(spec, {.arch = arch, .optLevel = optLevel});
@@ -290,11 +304,11 @@ Expected<std::string> compileLayerPtx(const std::string &name, const std::vector
       "// unit_of = {{{units}}}\n"
       "// param_offsets = {{{offsets}}}\n"
       "// default_params = {{{params}}}\n",
-      fmt::arg("name", name), fmt::arg("arch", arch), fmt::arg("nodes", model.nodeGroup.size()),
-      fmt::arg("dtype", to_string(dtype)), fmt::arg("T", T), fmt::arg("units", commaList(model.nodeGroup)),
-      fmt::arg("offsets", commaList(model.offsets)), fmt::arg("params", commaList(model.params)));
-  for (size_t n = 0; n < model.nodeGroup.size(); ++n)
-    header += fmt::format("//   node {}: unit {} = {}\n", n, model.nodeGroup[n], layer->formula(n));
+      fmt::arg("name", name), fmt::arg("arch", arch), fmt::arg("nodes", model.numNodes()),
+      fmt::arg("dtype", to_string(dtype)), fmt::arg("T", T), fmt::arg("units", commaList(model.unitOf)),
+      fmt::arg("offsets", commaList(model.offsets)), fmt::arg("params", commaList(model.defaultParams)));
+  for (size_t n = 0; n < model.numNodes(); ++n)
+    header += fmt::format("//   node {}: unit {} = {}\n", n, model.unitOf[n], print(model.group(n).formula.expr));
   return header + *ptx;
 }
 
@@ -303,16 +317,13 @@ Expected<std::string> compileLossPtx(const std::string &name, const std::string 
                                      const std::string &arch, int optLevel) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("loss name '{}' is not a C identifier", name));
-  auto loss = Loss::compile(formula, constants, {.method = Method::CpuInterp, .dtype = dtype});
-  if (!loss)
-    return loss.takeError();
-  auto model = detail::LayerAccess::loss(*loss);
-  static const char *suffix[4] = {"elements", "sum", "gradient", "fused"};
-  static const KernelShape shapes[4] = {KernelShape::LossElements, KernelShape::LossReduce, KernelShape::LossGradient,
-                                        KernelShape::LossFused};
+  auto compiled = buildModel(formula, constants, {.dtype = dtype});
+  if (!compiled)
+    return compiled.takeError();
+  const detail::CompiledModel &model = **compiled;
   detail::GpuModuleSpec spec;
-  for (size_t k = 0; k < 4; ++k)
-    spec.losses.push_back({fmt::format("{}_{}", name, suffix[k]), model.programs[k], shapes[k], dtype});
+  for (KernelKind k : detail::kLossKinds)
+    spec.losses.push_back({fmt::format("{}_{}", name, detail::kindInfo(k).cName), model.units[0].programs[size_t(k)], k, dtype});
   spec.sumKernel = name + "_add_partials";
   auto ptx = detail::compilePtx(spec, {.arch = arch, .optLevel = optLevel});
   if (!ptx)
@@ -324,8 +335,8 @@ Expected<std::string> compileLossPtx(const std::string &name, const std::string 
                      "//     partials[(blockIdx.x * blockDim.x + threadIdx.x) / 32] (blockDim.x a multiple of 32);\n"
                      "// {name}_add_partials(const double *partials, int64_t count, double *result): one block of 32\n"
                      "//     threads adds them in a fixed order. default_params = {{{params}}}\n",
-                     fmt::arg("name", name), fmt::arg("arch", arch), fmt::arg("formula", loss->formula()),
-                     fmt::arg("T", T), fmt::arg("params", commaList(model.params))) +
+                     fmt::arg("name", name), fmt::arg("arch", arch), fmt::arg("formula", print(model.groups[0].formula.expr)),
+                     fmt::arg("T", T), fmt::arg("params", commaList(model.defaultParams))) +
          *ptx;
 }
 

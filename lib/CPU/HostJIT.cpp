@@ -168,19 +168,21 @@ private:
 } // namespace
 
 Expected<HostJIT *> HostJIT::get() {
+  // Never destroyed: kernels of layers held in globals are released at
+  // exit, after function-local statics are gone, and need the JIT then.
   static std::once_flag once;
-  static std::unique_ptr<HostJITImpl> jit;
-  static Error failure;
+  static HostJITImpl *jit = nullptr;
+  static Error *failure = nullptr;
   std::call_once(once, [] {
     auto j = HostJITImpl::create();
     if (j)
-      jit = std::move(*j);
+      jit = j->release();
     else
-      failure = j.takeError();
+      failure = new Error(j.takeError());
   });
   if (!jit)
-    return failure;
-  return static_cast<HostJIT *>(jit.get());
+    return *failure;
+  return static_cast<HostJIT *>(jit);
 }
 
 } // namespace hsnn::detail

@@ -63,10 +63,10 @@ public:
     // The buffer keeps the backend (and so the context) alive.
     auto self = shared_from_this();
     std::shared_ptr<void> data(reinterpret_cast<void *>(p), [self](void *q) {
-      if (!self->current())
+      if (!CudaDriver::exiting() && !self->current())
         self->d_.cuMemFree(reinterpret_cast<CUdeviceptr>(q));
     });
-    return DeviceBuffer(std::move(data), count * es, name());
+    return DeviceBuffer(std::move(data), count, dtype, name());
   }
 
   Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset) override {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <atomic>
 #include <fmt/format.h>
 #include <mutex>
 
@@ -24,10 +25,17 @@ std::string CudaDriver::errorString(CUresult r) const {
   return fmt::format("CUresult {}", r);
 }
 
+namespace {
+std::atomic<bool> gExiting{false};
+} // namespace
+
+bool CudaDriver::exiting() { return gExiting.load(std::memory_order_relaxed); }
+
 Expected<const CudaDriver *> CudaDriver::get() {
+  // Never destroyed, like the driver library itself (never dlclose'd).
   static std::once_flag once;
-  static CudaDriver driver;
-  static Error failure;
+  static CudaDriver &driver = *new CudaDriver;
+  static Error &failure = *new Error;
   std::call_once(once, [] {
     const char *name = std::getenv("HSNN_CUDA_LIBRARY");
     if (!name || !*name)
@@ -38,6 +46,10 @@ Expected<const CudaDriver *> CudaDriver::get() {
       failure = Error(ErrorCode::Unsupported, fmt::format("no CUDA driver: cannot load {} ({})", name, why ? why : "?"));
       return;
     }
+    // Registered after the library's own exit handlers, so it runs before
+    // them: from then on device memory and modules are left to the process
+    // exit (a layer held in a global is destroyed after the driver's state).
+    std::atexit([] { gExiting = true; });
     CudaDriver d;
     bool ok = resolve(lib, "cuInit", d.cuInit) && resolve(lib, "cuDriverGetVersion", d.cuDriverGetVersion) &&
               resolve(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && resolve(lib, "cuDeviceGet", d.cuDeviceGet) &&

@@ -83,6 +83,9 @@ struct CudaDriver {
   /// The driver with its devices enumerated, or why there is none (no
   /// library, a missing entry point, cuInit failing, no device).
   static Expected<const CudaDriver *> get();
+  /// True once the process is exiting: frees and unloads are then skipped
+  /// (the driver's own state may already be gone; the OS reclaims it all).
+  static bool exiting();
   std::string errorString(CUresult r) const;
 };
 

@@ -53,7 +53,7 @@ Expected<DeviceMemory> DeviceMemory::allocate(int device, size_t bytes) {
 }
 
 DeviceMemory::~DeviceMemory() {
-  if (!ptr_)
+  if (!ptr_ || CudaDriver::exiting())
     return;
   if (auto d = driverAt(device_))
     (*d)->cuMemFree(ptr_);
@@ -161,7 +161,7 @@ Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, std::span<const
 }
 
 GpuModule::~GpuModule() {
-  if (!module_)
+  if (!module_ || CudaDriver::exiting())
     return;
   if (auto d = driverAt(device_))
     (*d)->cuModuleUnload(module_);

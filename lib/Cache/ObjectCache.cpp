@@ -7,9 +7,6 @@
 //===----------------------------------------------------------------------===//
 #include "ObjectCache.h"
 
-#include "Runtime/Warn.h"
-
-#include "hsnn/Runtime.h"
 
 #include <llvm/Support/BLAKE3.h>
 
@@ -141,11 +138,14 @@ std::string toHex(const CacheKey &key) {
   return s;
 }
 
-std::optional<ObjectCache> ObjectCache::open() {
-  RuntimeFlags flags = runtimeFlags();
-  if (!flags.useKernelCache)
+std::optional<ObjectCache> ObjectCache::open(const CacheConfig &config) {
+  if (!config.enabled)
     return std::nullopt;
-  std::string dir = kernelCacheDir();
+  auto warn = [&](const std::string &m) {
+    if (config.warn)
+      config.warn(m);
+  };
+  const std::string &dir = config.dir;
   if (dir.empty()) {
     warn("no cache directory (HSNN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); kernels are not cached on disk");
     return std::nullopt;
@@ -155,7 +155,7 @@ std::optional<ObjectCache> ObjectCache::open() {
       warn(fmt::format("refusing cache directory {}: {}; kernels are not cached on disk", d, why));
       return std::nullopt;
     }
-  return ObjectCache(dir);
+  return ObjectCache(dir, config.warn);
 }
 
 std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const CacheKey &key) const {
@@ -255,26 +255,11 @@ void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, co
   evict(dir_);
 }
 
-} // namespace detail
-
-std::string kernelCacheDir() {
-  std::string dir = runtimeFlags().cacheDir;
-  if (!dir.empty())
-    return dir;
-  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    return std::string(x) + "/hsnn";
-  if (const char *h = std::getenv("HOME"); h && *h)
-    return std::string(h) + "/.cache/hsnn";
-  return "";
-}
-
-Expected<std::vector<CacheEntryInfo>> listKernelCache() {
-  std::string dir = kernelCacheDir();
+std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir) {
   std::vector<CacheEntryInfo> out;
   if (dir.empty())
     return out;
-  std::error_code ec;
-  for (auto &e : detail::entries(dir, CacheCategory::All)) {
+  for (auto &e : entries(dir, CacheCategory::All)) {
     struct stat st;
     if (::stat(e.path().c_str(), &st) != 0)
       continue;
@@ -285,17 +270,17 @@ Expected<std::vector<CacheEntryInfo>> listKernelCache() {
   return out;
 }
 
-Error clearKernelCache(CacheCategory category) {
-  std::string dir = kernelCacheDir();
+Error clearCacheEntries(const std::string &dir, CacheCategory category) {
   if (dir.empty())
     return Error::success();
   std::error_code ec;
-  for (auto &e : detail::entries(dir, category))
+  for (auto &e : entries(dir, category))
     if (!fs::remove(e.path(), ec) && ec)
       return Error(ErrorCode::Internal, fmt::format("cannot remove {}: {}", e.path().string(), ec.message()));
   return Error::success();
 }
 
-void setKernelCacheLimit(uint64_t bytes) { detail::gLimit = bytes; }
+void setCacheLimit(uint64_t bytes) { gLimit = bytes; }
 
+} // namespace detail
 } // namespace hsnn

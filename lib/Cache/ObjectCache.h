@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,14 +29,26 @@ private:
 
 std::string toHex(const CacheKey &key);
 
+/// Where a problem with the cache is reported (a problem is never an error:
+/// the cache is then a miss).
+using CacheWarningSink = std::function<void(std::string_view)>;
+
+/// What the cache needs from its user: whether to cache, where, and where
+/// to report problems. The runtime fills it from its flags.
+struct CacheConfig {
+  bool enabled = true;
+  std::string dir; ///< Empty: no directory could be found.
+  CacheWarningSink warn;
+};
+
 /// The on-disk cache. All methods are safe to call from several threads and
 /// processes at once; a failure to read or write is reported through the
-/// warning handler and treated as a miss.
+/// config's warning sink and treated as a miss.
 class ObjectCache {
 public:
   /// The cache at the configured directory, or nullopt (with a warning
   /// already given) when caching is off or the directory is refused.
-  static std::optional<ObjectCache> open();
+  static std::optional<ObjectCache> open(const CacheConfig &config);
 
   /// The verified payload of an entry, or nullopt on a miss. A corrupt,
   /// truncated or foreign entry is a miss (and is removed).
@@ -47,10 +60,22 @@ public:
   const std::string &dir() const { return dir_; }
 
 private:
-  explicit ObjectCache(std::string dir) : dir_(std::move(dir)) {}
+  ObjectCache(std::string dir, CacheWarningSink warn) : dir_(std::move(dir)), warn_(std::move(warn)) {}
+  void warn(const std::string &message) const {
+    if (warn_)
+      warn_(message);
+  }
   std::optional<std::vector<char>> loadUnchecked(CacheCategory category, const CacheKey &key) const;
   void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const;
   std::string dir_;
+  CacheWarningSink warn_;
 };
+
+/// The entries under a cache directory, most recently used first.
+std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir);
+/// Removes the entries of one category (or all) under a cache directory.
+Error clearCacheEntries(const std::string &dir, CacheCategory category);
+/// Size cap for every cache in the process.
+void setCacheLimit(uint64_t bytes);
 
 } // namespace hsnn::detail

@@ -134,7 +134,7 @@ public:
 
     b.SetInsertPoint(pre);
     std::vector<Value *> inputs = {f->getArg(0)};
-    if (k.shape == KernelShape::ActivationBackward)
+    if (k.kind == KernelKind::Backward)
       inputs.push_back(f->getArg(1));
     LoadAhead ahead(b, t, inputs, base, start, step, total);
     b.CreateBr(loop);
@@ -161,7 +161,7 @@ public:
       b.SetInsertPoint(body);
       std::vector<Value *> slot;
       lowering_.constants(b, *k.units[u], params, t, slot);
-      if (auto r = lowering_.element(b, k.shape, *k.units[u], slot, io, nullptr); !r)
+      if (auto r = lowering_.element(b, k.kind, *k.units[u], slot, io, nullptr); !r)
         return r.takeError();
       b.CreateBr(latch);
     }
@@ -189,7 +189,7 @@ public:
     Function *f = *fn;
     f->addParamAttr(3, Attribute::ReadOnly);
     Value *n = f->getArg(4);
-    bool sums = r.shape == KernelShape::LossReduce || r.shape == KernelShape::LossFused;
+    bool sums = kindInfo(r.kind).summing;
 
     BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
                *loop = BasicBlock::Create(ctx_, "loop", f), *exit = BasicBlock::Create(ctx_, "exit", f);
@@ -217,7 +217,7 @@ public:
     ElementIO io{f, i, t, 5};
     io.preloaded[0] = current[0];
     io.preloaded[1] = current[1];
-    auto accNext = lowering_.element(b, r.shape, *r.program, slot, io, acc);
+    auto accNext = lowering_.element(b, r.kind, *r.program, slot, io, acc);
     if (!accNext)
       return accNext.takeError();
     Value *next = b.CreateAdd(i, step, "i.next", true, true);
@@ -342,7 +342,7 @@ llvm::Error emitGpuKernels(Module &module, const GpuModuleSpec &spec, const Emit
     if (llvm::Error e = kb.layer(k))
       return e;
   for (const KernelRequest &r : spec.losses) {
-    if (!isLossShape(r.shape))
+    if (!isLoss(r.kind))
       return make_error<StringError>("GPU kernel " + r.symbol + " is not a loss kernel", inconvertibleErrorCode());
     if (llvm::Error e = kb.loss(r))
       return e;

@@ -30,7 +30,7 @@ public:
     Type *t = r.dtype == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_);
     Type *ptr = PointerType::getUnqual(ctx_);
     Type *i64 = Type::getInt64Ty(ctx_);
-    bool loss = isLossShape(r.shape);
+    bool loss = isLoss(r.kind);
     bool strided = r.strided && !loss;
     FunctionType *fty = loss      ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, t}, false)
                         : strided ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
@@ -71,13 +71,13 @@ public:
     PHINode *idx = b.CreatePHI(i64, 2, "i");
     idx->addIncoming(b.getInt64(0), entry);
     PHINode *acc = nullptr;
-    if (r.shape == KernelShape::LossReduce || r.shape == KernelShape::LossFused) {
+    if (kindInfo(r.kind).summing) {
       acc = b.CreatePHI(b.getDoubleTy(), 2, "sum");
       acc->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
     }
     Value *at = strided ? b.CreateMul(idx, fn->getArg(6)) : idx;
     ElementIO io{fn, at, t, 5};
-    llvm::Expected<Value *> accNext = lowering_.element(b, r.shape, p, slot, io, acc);
+    llvm::Expected<Value *> accNext = lowering_.element(b, r.kind, p, slot, io, acc);
     if (!accNext)
       return accNext.takeError();
     Value *next = b.CreateAdd(idx, b.getInt64(1), "i.next", true, true);

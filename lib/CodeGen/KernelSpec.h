@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "Program/KernelKind.h"
 #include "Program/Program.h"
 
 #include "hsnn/Layer.h"
@@ -18,22 +19,6 @@
 
 namespace hsnn::detail {
 
-/// Kernel kinds. Activation kernels evaluate roots [f] (Forward), [f']
-/// (Backward, multiplied by err) or [f, f'] (Fused). Loss kernels evaluate
-/// [l] (Elements, Reduce), [g] (Gradient) or [l, g] (Fused).
-enum class KernelShape : uint8_t {
-  ActivationForward,
-  ActivationBackward,
-  ActivationFused,
-  LossElements,
-  LossReduce,
-  LossGradient,
-  LossFused,
-};
-
-inline bool isLossShape(KernelShape s) { return s >= KernelShape::LossElements; }
-const char *shapeName(KernelShape s);
-
 /// Over n contiguous elements:
 ///   Forward:  out0[i] = f(z[i])
 ///   Backward: out0[i] = err[i] * f'(z[i])
@@ -43,10 +28,10 @@ template <class T>
 using ActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const double *params, int64_t n);
 
 /// Over n contiguous elements, returning the sum of the losses in double
-/// (Reduce, Fused; 0 otherwise):
-///   Elements: out[i] = l(yp[i], yt[i])
-///   Gradient: out[i] = scale * g(yp[i], yt[i])
-///   Fused:    out[i] = scale * g(yp[i], yt[i])
+/// (the summing kinds; 0 otherwise):
+///   LossElements: out[i] = l(yp[i], yt[i])
+///   LossGradient: out[i] = scale * g(yp[i], yt[i])
+///   LossFused:    out[i] = scale * g(yp[i], yt[i])
 template <class T>
 using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
 
@@ -79,18 +64,18 @@ void runPadded(ActivationFn<T> fn, const T *z, const T *err, T *out0, T *out1, c
   }
 }
 
-/// One kernel to generate: its symbol, the tape, and its shape and type.
+/// One kernel to generate: its symbol, the tape, and its kind and type.
 struct KernelRequest {
   std::string symbol;
   const Program *program = nullptr;
-  KernelShape shape = KernelShape::ActivationForward;
+  KernelKind kind = KernelKind::Forward;
   DType dtype = DType::F32;
   /// Activation kernels only: element i is at [i * stride] (an extra i64
   /// stride argument after n), for batch-major columns in AOT code.
   bool strided = false;
 };
 
-/// A layer's GPU kernel of one activation shape: one launch runs every node.
+/// A layer's GPU kernel of one activation kind: one launch runs every node.
 ///   void SYMBOL(const T *z, const T *err, T *out0, T *out1, const double *params,
 ///               const uint32_t *unitOf, const uint64_t *offsets,
 ///               int64_t batch, int64_t nodes, int64_t firstNode)
@@ -100,16 +85,16 @@ struct KernelRequest {
 /// Batch-major: a 1-D grid strides over all batch * nodes elements.
 struct GpuLayerKernel {
   std::string symbol;
-  KernelShape shape = KernelShape::ActivationForward;
+  KernelKind kind = KernelKind::Forward;
   DType dtype = DType::F32;
   Layout layout = Layout::NodesMajor;
   std::vector<const Program *> units;
 };
 
-/// What one PTX module holds. Loss kernels (KernelRequest, loss shapes):
+/// What one PTX module holds. Loss kernels (KernelRequest, loss kinds):
 ///   void SYMBOL(const T *yp, const T *yt, T *out, const double *params,
 ///               int64_t n, T scale, double *partials)
-/// The summing shapes leave one partial sum per warp, in
+/// The summing kinds leave one partial sum per warp, in
 /// partials[global thread / 32], each added across its warp in a fixed tree
 /// order; `sumKernel`, launched as a single warp,
 ///   void SUM(const double *partials, int64_t count, double *result)
@@ -127,7 +112,7 @@ struct LayerEntryPoints {
   Layout layout = Layout::NodesMajor;
   std::vector<uint64_t> offsets;            ///< Per node, into params.
   std::vector<double> defaultParams;        ///< The spec's constant values.
-  std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per ActivationKernel kind.
+  std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per activation kind.
 };
 
 } // namespace hsnn::detail

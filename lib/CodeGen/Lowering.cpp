@@ -53,7 +53,7 @@ void markArraysNoAlias(Function &fn) {
     }
 }
 
-llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelShape shape, const Program &p,
+llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind, const Program &p,
                                                  std::vector<Value *> &slot, const ElementIO &io, Value *acc) {
   Type *t = io.t;
   auto load = [&](unsigned arg) -> Value * {
@@ -63,7 +63,7 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelShape sha
   };
   auto store = [&](Value *v, unsigned arg) { b.CreateStore(v, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
   Value *vars[3] = {nullptr, nullptr, nullptr};
-  if (isLossShape(shape)) {
+  if (isLoss(kind)) {
     vars[size_t(Variable::YPred)] = load(0);
     vars[size_t(Variable::YTrue)] = load(1);
   } else {
@@ -72,24 +72,24 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelShape sha
   if (llvm::Error e = evaluate(b, p, slot, vars, t))
     return e;
   auto out = [&](size_t k) { return slot[p.outputs[k]]; };
-  switch (shape) {
-  case KernelShape::ActivationForward:
-  case KernelShape::LossElements:
+  switch (kind) {
+  case KernelKind::Forward:
+  case KernelKind::LossElements:
     store(out(0), 2);
     return nullptr;
-  case KernelShape::ActivationBackward:
+  case KernelKind::Backward:
     store(b.CreateFMul(load(1), out(0)), 2);
     return nullptr;
-  case KernelShape::ActivationFused:
+  case KernelKind::Fused:
     store(out(0), 2);
     store(out(1), 3);
     return nullptr;
-  case KernelShape::LossReduce:
+  case KernelKind::LossSum:
     return addToSum(b, acc, out(0), t);
-  case KernelShape::LossGradient:
+  case KernelKind::LossGradient:
     store(b.CreateFMul(out(0), io.fn->getArg(io.scaleArg)), 2);
     return nullptr;
-  case KernelShape::LossFused:
+  case KernelKind::LossFused:
     store(b.CreateFMul(out(1), io.fn->getArg(io.scaleArg)), 2);
     return addToSum(b, acc, out(0), t);
   }

@@ -51,7 +51,7 @@ public:
   /// One element of a kernel of `shape` (KernelSpec.h's semantics): loads
   /// the inputs, evaluates (slot holds the constants), stores the outputs.
   /// Returns acc plus the element's loss for summing shapes, else null.
-  llvm::Expected<llvm::Value *> element(llvm::IRBuilder<> &b, KernelShape shape, const Program &p,
+  llvm::Expected<llvm::Value *> element(llvm::IRBuilder<> &b, KernelKind kind, const Program &p,
                                         std::vector<llvm::Value *> &slot, const ElementIO &io, llvm::Value *acc);
   /// acc + v in double, reassociable (so a CPU loop vectorizes); the order
   /// is still fixed by the code, so sums stay deterministic.

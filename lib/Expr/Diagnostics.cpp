@@ -10,7 +10,8 @@
 namespace hsnn {
 
 std::string Diagnostic::render() const {
-  std::string out = node >= 0 ? fmt::format("node {}: error: {}", node, message) : fmt::format("error: {}", message);
+  std::string_view level = warning ? "warning" : "error";
+  std::string out = node >= 0 ? fmt::format("node {}: {}: {}", node, level, message) : fmt::format("{}: {}", level, message);
   if (formula.empty())
     return out;
   out += fmt::format("\n  {}", formula);
@@ -35,7 +36,8 @@ std::string renderDiagnostics(const std::vector<Diagnostic> &diags) {
 Error toError(const std::vector<Diagnostic> &diags) { return Error(ErrorCode::InvalidFormula, renderDiagnostics(diags)); }
 
 std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
-                                                           const std::map<std::string, double> &given, int node) {
+                                                           const std::map<std::string, double> &given, int node,
+                                                           std::vector<Diagnostic> *unused) {
   auto diag = [&](size_t column, size_t length, std::string message) {
     Diagnostic d;
     d.node = node;
@@ -58,9 +60,13 @@ std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formu
       return diag(0, 0, fmt::format("'{}' is a reserved name and cannot be a constant", name));
     if (!needed(name)) {
       std::string near = detail::nearestName(name, formula.constants);
-      return diag(0, 0,
-                  near.empty() ? fmt::format("constant '{}' is not used by the formula", name)
-                               : fmt::format("constant '{}' is not used by the formula; did you mean '{}'?", name, near));
+      Diagnostic d = diag(0, 0,
+                          near.empty() ? fmt::format("constant '{}' is not used by the formula", name)
+                                       : fmt::format("constant '{}' is not used by the formula; did you mean '{}'?", name, near));
+      if (!unused)
+        return d;
+      unused->push_back(std::move(d));
+      continue;
     }
     if (!std::isfinite(value))
       return diag(column(name), name.size(), fmt::format("constant '{}' is {}; constants must be finite", name, value));

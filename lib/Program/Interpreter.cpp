@@ -51,40 +51,57 @@ template <class T> void runBlock(const Program &p, const T *const vars[3], const
     }
     s.ptrs[i] = dst;
   }
+  // An output that is an input itself (f' = num) is copied out of the input
+  // first: another output may be written over that input (in place).
+  for (uint32_t o : p.outputs)
+    if (p.code[o].op == Op::Var && s.ptrs[o] != s.slots.data() + o * kBlock) {
+      std::memmove(s.slots.data() + o * kBlock, s.ptrs[o], n * sizeof(T));
+      s.ptrs[o] = s.slots.data() + o * kBlock;
+    }
   for (size_t k = 0; k < p.outputs.size(); ++k)
     std::memmove(outs[k], s.ptrs[p.outputs[k]], n * sizeof(T));
 }
 
 template <class T>
-void interpretActivation(const ActivationPlan &plan, ActivationKernel kind, const T *z, const T *err, T *out0, T *out1,
+void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z, const T *err, T *out0, T *out1,
                          size_t batch) {
   launchActivation<T>(plan.layout, plan.nodeProgram.size(), batch, z, err, out0, out1, kBlock,
                       [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
                         const T *vars[3] = {zIn, nullptr, nullptr};
-                        T *outs[2] = {o0, o1};
-                        runBlock<T>(*plan.nodeProgram[n], vars, plan.params + plan.offsets[n], outs, len);
-                        if (kind == ActivationKernel::Backward)
-                          for (size_t i = 0; i < len; ++i)
-                            o0[i] = errIn[i] * o0[i];
+                        if (kind != KernelKind::Backward) {
+                          T *outs[2] = {o0, o1};
+                          runBlock<T>(*plan.nodeProgram[n], vars, plan.params + plan.offsets[n], outs, len);
+                          return;
+                        }
+                        // f' goes to a buffer first: delta may be err itself (in place).
+                        T dfdz[kBlock];
+                        for (size_t i0 = 0; i0 < len; i0 += kBlock) {
+                          size_t m = std::min(kBlock, len - i0);
+                          const T *v[3] = {zIn + i0, nullptr, nullptr};
+                          T *outs[1] = {dfdz};
+                          runBlock<T>(*plan.nodeProgram[n], v, plan.params + plan.offsets[n], outs, m);
+                          for (size_t i = 0; i < m; ++i)
+                            o0[i0 + i] = errIn[i0 + i] * dfdz[i];
+                        }
                       });
 }
 
 template <class T>
-double interpretLoss(const Program &p, LossKernel kind, const double *params, const T *yPred, const T *yTrue, T *out,
+double interpretLoss(const Program &p, KernelKind kind, const double *params, const T *yPred, const T *yTrue, T *out,
                      T scale, size_t n) {
   return launchLoss(n, kBlock, [&](size_t i0, size_t len) -> double {
     const T *vars[3] = {nullptr, yPred + i0, yTrue + i0};
     T buf[2][kBlock];
     T *outs[2] = {buf[0], buf[1]};
-    if (kind == LossKernel::Elements)
+    if (kind == KernelKind::LossElements)
       outs[0] = out + i0;
     runBlock<T>(p, vars, params, outs, len);
     double sum = 0;
-    if (kind == LossKernel::Reduce || kind == LossKernel::Fused)
+    if (kind == KernelKind::LossSum || kind == KernelKind::LossFused)
       for (size_t i = 0; i < len; ++i)
         sum += double(buf[0][i]);
-    if (kind == LossKernel::Gradient || kind == LossKernel::Fused) {
-      const T *g = kind == LossKernel::Fused ? buf[1] : buf[0];
+    if (kind == KernelKind::LossGradient || kind == KernelKind::LossFused) {
+      const T *g = kind == KernelKind::LossFused ? buf[1] : buf[0];
       for (size_t i = 0; i < len; ++i)
         out[i0 + i] = g[i] * scale;
     }
@@ -94,8 +111,8 @@ double interpretLoss(const Program &p, LossKernel kind, const double *params, co
 
 #define INSTANTIATE(T)                                                                                       \
   template void runBlock<T>(const Program &, const T *const[3], const double *, T *const *, size_t);          \
-  template void interpretActivation<T>(const ActivationPlan &, ActivationKernel, const T *, const T *, T *, T *, size_t); \
-  template double interpretLoss<T>(const Program &, LossKernel, const double *, const T *, const T *, T *, T, size_t);
+  template void interpretActivation<T>(const ActivationPlan &, KernelKind, const T *, const T *, T *, T *, size_t); \
+  template double interpretLoss<T>(const Program &, KernelKind, const double *, const T *, const T *, T *, T, size_t);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "KernelKind.h"
 #include "Program.h"
 
 #include "hsnn/Layer.h"
@@ -21,8 +22,6 @@ inline constexpr size_t kBlock = 512;
 /// `outs[k]` receives root k.
 template <class T> void runBlock(const Program &p, const T *const vars[3], const double *params, T *const *outs, size_t n);
 
-enum class ActivationKernel { Forward, Backward, Fused };
-
 /// What an activation kernel needs: each node's program (for that kernel
 /// kind) and the layer's constants.
 struct ActivationPlan {
@@ -33,17 +32,16 @@ struct ActivationPlan {
 };
 
 /// Forward: out0 = f(z). Backward: out0 = err * f'(z). Fused: out0 = f(z), out1 = f'(z).
+/// Outputs may be the same arrays as inputs (in place).
 template <class T>
-void interpretActivation(const ActivationPlan &plan, ActivationKernel kind, const T *z, const T *err, T *out0, T *out1,
+void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z, const T *err, T *out0, T *out1,
                          size_t batch);
 
-enum class LossKernel { Elements, Reduce, Gradient, Fused };
-
-/// Elements: out = l. Reduce: returns the sum of l. Gradient: grad = scale*g.
-/// Fused: grad = scale*g and returns the sum of l. `p` holds the roots that
+/// LossElements: out = l. LossSum: returns the sum of l. LossGradient: grad = scale*g.
+/// LossFused: grad = scale*g and returns the sum of l. `p` holds the roots that
 /// kind needs: [l], [l], [g], [l, g]. Sums are in double in a fixed order.
 template <class T>
-double interpretLoss(const Program &p, LossKernel kind, const double *params, const T *yPred, const T *yTrue, T *out,
+double interpretLoss(const Program &p, KernelKind kind, const double *params, const T *yPred, const T *yTrue, T *out,
                      T scale, size_t n);
 
 } // namespace hsnn::detail

@@ -96,27 +96,34 @@ void launchActivation(Layout layout, size_t nodes, size_t batch, const T *z, con
     });
     return;
   }
-  // Batch-major: a task transposes a tile of `block` rows into a
-  // (nodes x rows) scratch, runs the nodes-major kernels on it and
-  // transposes back. Reading and writing whole rows keeps the memory streams
-  // sequential; the scratch stays in L2.
-  size_t rowBlocks = (batch + block - 1) / block;
-  forBlocks(rowBlocks, std::min(batch, block) * nodes, [&](size_t t) {
+  // Batch-major: a task transposes a tile of up to `block` rows and
+  // kTileNodes columns into a (columns x rows) scratch, runs the nodes-major
+  // kernels on it and transposes back. Reading and writing row segments
+  // keeps the memory streams sequential; bounding both sides keeps the
+  // scratch in L2 whatever the shape (a tile as wide as the layer made a
+  // 6 MiB call of a very wide layer allocate close to 1 GiB).
+  constexpr size_t kTileNodes = 512;
+  size_t rows = std::min(batch, block), cols = std::min(nodes, kTileNodes);
+  size_t rowBlocks = (batch + block - 1) / block, colBlocks = (nodes + kTileNodes - 1) / kTileNodes;
+  forBlocks(rowBlocks * colBlocks, rows * cols, [&](size_t t) {
     thread_local ColumnScratch<T> scratch;
     // A scratch row stride that is not a multiple of 4 KiB: power-of-two
     // strides make loads and stores alias in the store buffer.
-    size_t ld = block + 64 / sizeof(T), plane = nodes * ld;
-    scratch.buf.resize(4 * plane);
+    size_t ld = rows + 64 / sizeof(T), plane = cols * ld;
+    if (scratch.buf.size() < 4 * plane)
+      scratch.buf.resize(4 * plane);
     T *zc = scratch.buf.data(), *ec = zc + plane, *o0 = ec + plane, *o1 = o0 + plane;
-    size_t r0 = t * block, len = std::min(block, batch - r0);
-    transposeTile<T>(z + r0 * nodes, nodes, zc, ld, len, nodes);
+    size_t r0 = (t / colBlocks) * block, len = std::min(block, batch - r0);
+    size_t c0 = (t % colBlocks) * kTileNodes, cn = std::min(kTileNodes, nodes - c0);
+    size_t at = r0 * nodes + c0;
+    transposeTile<T>(z + at, nodes, zc, ld, len, cn);
     if (err)
-      transposeTile<T>(err + r0 * nodes, nodes, ec, ld, len, nodes);
-    for (size_t n = 0; n < nodes; ++n)
-      run(n, zc + n * ld, err ? ec + n * ld : nullptr, o0 + n * ld, out1 ? o1 + n * ld : nullptr, len);
-    transposeTile<T>(o0, ld, out0 + r0 * nodes, nodes, nodes, len, /*streamDst=*/true);
+      transposeTile<T>(err + at, nodes, ec, ld, len, cn);
+    for (size_t n = 0; n < cn; ++n)
+      run(c0 + n, zc + n * ld, err ? ec + n * ld : nullptr, o0 + n * ld, out1 ? o1 + n * ld : nullptr, len);
+    transposeTile<T>(o0, ld, out0 + at, nodes, cn, len, /*streamDst=*/true);
     if (out1)
-      transposeTile<T>(o1, ld, out1 + r0 * nodes, nodes, nodes, len, /*streamDst=*/true);
+      transposeTile<T>(o1, ld, out1 + at, nodes, cn, len, /*streamDst=*/true);
   });
 }
 

@@ -15,31 +15,29 @@ namespace hsnn {
 /// escapes the public API.
 class RunGuard {
 public:
+  /// The most threads a layer, loss or the runtime will use: more only
+  /// costs memory (TBB reserves per thread), and absurd values (a typo in
+  /// HSNN_NUM_THREADS) would exhaust it.
+  static constexpr unsigned kMaxThreads = 1024;
+
   Error configure(unsigned threads) {
-    if (threads > 4096)
-      return Error(ErrorCode::InvalidArgument, fmt::format("threads = {} is not a sensible thread count", threads));
+    if (threads > kMaxThreads)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("threads = {} is not a sensible thread count (at most {})", threads, kMaxThreads));
     if (threads)
       arena_ = std::make_shared<tbb::task_arena>(int(threads));
     return Error::success();
   }
 
-  /// Rejects sizes whose element count overflows size_t.
-  static Error checkSize(size_t rows, size_t cols) {
-    if (cols && rows > std::numeric_limits<size_t>::max() / cols)
-      return Error(ErrorCode::InvalidArgument, fmt::format("{} x {} elements overflow the address space", rows, cols));
-    return Error::success();
-  }
-
-  template <class F> Error run(F &&f) const {
+  /// `f` returns an Error (or an Expected); an exception becomes an Error too.
+  template <class F> auto run(F &&f) const -> decltype(f()) {
     try {
       if (arena_)
-        arena_->execute(f);
-      else
-        f();
+        return arena_->execute(f);
+      return f();
     } catch (const std::exception &e) {
       return Error(ErrorCode::Internal, fmt::format("kernel failed: {}", e.what()));
     }
-    return Error::success();
   }
 
 private:

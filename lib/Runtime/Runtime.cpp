@@ -3,14 +3,18 @@
 
 #include "CPU/HostJIT.h"
 #include "CUDA/Driver.h"
-#include "GpuLayer.h"
+#include "Cache/ObjectCache.h"
+#include "RunGuard.h"
 
 #if HSNN_HAS_NVPTX
 #include "CUDA/PTXCompiler.h"
 #endif
 #include "Warn.h"
 
+#include <cctype>
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <fmt/format.h>
 #include <memory>
 #include <mutex>
@@ -20,12 +24,39 @@
 namespace hsnn {
 namespace {
 
-bool envFlag(const char *name, bool fallback) {
+constexpr unsigned kMaxThreads = RunGuard::kMaxThreads;
+
+// A boolean variable: 0/1, true/false, on/off, yes/no in any case. Anything
+// else is reported and the default used.
+bool envFlag(const char *name, bool fallback, std::vector<std::string> &warnings) {
   const char *v = std::getenv(name);
   if (!v || !*v)
     return fallback;
-  std::string_view s(v);
-  return !(s == "0" || s == "false" || s == "FALSE" || s == "off" || s == "OFF" || s == "no");
+  std::string s(v);
+  for (char &c : s)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "on" || s == "yes")
+    return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no")
+    return false;
+  warnings.push_back(fmt::format("{}='{}' is not a valid value: use 0 or 1 (also true/false, on/off, yes/no); using {}",
+                                 name, v, fallback ? 1 : 0));
+  return fallback;
+}
+
+unsigned envThreads(std::vector<std::string> &warnings) {
+  const char *v = std::getenv("HSNN_NUM_THREADS");
+  if (!v || !*v)
+    return 0;
+  unsigned n = 0;
+  auto [p, ec] = std::from_chars(v, v + std::strlen(v), n);
+  if (ec != std::errc() || *p || n > kMaxThreads) {
+    warnings.push_back(fmt::format("HSNN_NUM_THREADS='{}' is not a valid value: use a whole number from 0 (all cores) "
+                                   "to {}; using all cores",
+                                   v, kMaxThreads));
+    return 0;
+  }
+  return n;
 }
 
 struct State {
@@ -33,12 +64,12 @@ struct State {
   RuntimeFlags flags;
   WarningHandler warn = [](std::string_view m) { fmt::print(stderr, "hsnn: warning: {}\n", m); };
   std::optional<tbb::global_control> threadLimit;
+  std::vector<std::string> envWarnings; // given once the state exists
 
   State() {
-    flags.useKernelCache = envFlag("HSNN_USE_KERNEL_CACHE", true);
-    flags.strict = envFlag("HSNN_STRICT", false);
-    if (const char *t = std::getenv("HSNN_NUM_THREADS"))
-      flags.threads = unsigned(std::strtoul(t, nullptr, 10));
+    flags.useKernelCache = envFlag("HSNN_USE_KERNEL_CACHE", true, envWarnings);
+    flags.strict = envFlag("HSNN_STRICT", false, envWarnings);
+    flags.threads = envThreads(envWarnings);
     if (const char *d = std::getenv("HSNN_CACHE_DIR"))
       flags.cacheDir = d;
     applyThreads();
@@ -50,12 +81,32 @@ struct State {
   }
 };
 
+// Never destroyed: layers and losses held in globals are destroyed at exit,
+// after function-local statics, and may still warn or read the flags.
 State &state() {
-  static State s;
-  return s;
+  static State *s = [] {
+    auto *st = new State;
+    for (const std::string &w : st->envWarnings)
+      st->warn(w);
+    return st;
+  }();
+  return *s;
 }
 
 } // namespace
+
+std::string_view to_string(DType d) { return d == DType::F32 ? "f32" : "f64"; }
+std::string_view to_string(Layout l) { return l == Layout::NodesMajor ? "nodes_major" : "batch_major"; }
+std::string_view to_string(Reduction r) { return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none"; }
+std::string_view to_string(Method m) {
+  switch (m) {
+  case Method::Auto: return "auto";
+  case Method::CpuJit: return "cpu_jit";
+  case Method::CpuInterp: return "cpu_interp";
+  case Method::Cuda: return "cuda";
+  }
+  return "?";
+}
 
 const RuntimeInfo &runtimeInfo() {
   static const RuntimeInfo info = [] {
@@ -101,15 +152,34 @@ RuntimeFlags runtimeFlags() {
 }
 
 void setRuntimeFlags(const RuntimeFlags &flags) {
+  RuntimeFlags f = flags;
+  if (f.threads > kMaxThreads) {
+    detail::warn(fmt::format("threads = {} is more than {}; using {}", f.threads, kMaxThreads, kMaxThreads));
+    f.threads = kMaxThreads;
+  }
   State &s = state();
   std::lock_guard lock(s.mutex);
-  bool threadsChanged = flags.threads != s.flags.threads;
-  s.flags = flags;
+  bool threadsChanged = f.threads != s.flags.threads;
+  s.flags = std::move(f);
   if (threadsChanged)
     s.applyThreads();
 }
 
-ScopedRuntimeFlags::ScopedRuntimeFlags(const RuntimeFlags &flags) : saved_(runtimeFlags()) { setRuntimeFlags(flags); }
+RuntimeFlags updateRuntimeFlags(const RuntimeFlagsOverride &changes) {
+  RuntimeFlags old = runtimeFlags(), f = old;
+  if (changes.useKernelCache)
+    f.useKernelCache = *changes.useKernelCache;
+  if (changes.strict)
+    f.strict = *changes.strict;
+  if (changes.threads)
+    f.threads = *changes.threads;
+  if (changes.cacheDir)
+    f.cacheDir = *changes.cacheDir;
+  setRuntimeFlags(f);
+  return old;
+}
+
+ScopedRuntimeFlags::ScopedRuntimeFlags(const RuntimeFlagsOverride &changes) : saved_(updateRuntimeFlags(changes)) {}
 ScopedRuntimeFlags::~ScopedRuntimeFlags() { setRuntimeFlags(saved_); }
 
 WarningHandler setWarningHandler(WarningHandler handler) {
@@ -139,6 +209,16 @@ Expected<Method> gpuFailed(const Error &failure) {
   return next;
 }
 
+Error checkGpuId(Method method, int gpuId) {
+  const RuntimeInfo &rt = runtimeInfo();
+  if (method != Method::Cuda || (gpuId >= 0 && gpuId < rt.numGpus))
+    return Error::success();
+  return Error(ErrorCode::InvalidArgument,
+               rt.numGpus ? fmt::format("GPU id {} is out of range: valid ids are 0..{}", gpuId, rt.numGpus - 1)
+                          : fmt::format("GPU id {} is out of range: this machine has no usable GPU ({})", gpuId,
+                                        rt.gpuUnavailableReason));
+}
+
 Expected<Method> checkedMethod(Method asked, int optLevel, int gpuId) {
   if (optLevel < 0 || optLevel > 3)
     return Error(ErrorCode::InvalidArgument, fmt::format("optLevel must be 0..3, got {}", optLevel));
@@ -158,6 +238,21 @@ Error jitFailed(const Error &failure) {
   return Error::success();
 }
 } // namespace detail
+
+// The public cache functions: the runtime's directory, the cache's rules.
+std::string kernelCacheDir() {
+  std::string dir = runtimeFlags().cacheDir;
+  if (!dir.empty())
+    return dir;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/hsnn";
+  if (const char *h = std::getenv("HOME"); h && *h)
+    return std::string(h) + "/.cache/hsnn";
+  return "";
+}
+Expected<std::vector<CacheEntryInfo>> listKernelCache() { return detail::listCacheEntries(kernelCacheDir()); }
+Error clearKernelCache(CacheCategory category) { return detail::clearCacheEntries(kernelCacheDir(), category); }
+void setKernelCacheLimit(uint64_t bytes) { detail::setCacheLimit(bytes); }
 
 Expected<Method> parseMethod(std::string_view name) {
   if (name == "auto" || name == "AUTO")

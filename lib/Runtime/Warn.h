@@ -18,6 +18,11 @@ Error jitFailed(const Error &failure);
 /// to step down to (with a warning), or the Error strict mode makes of it.
 Expected<Method> gpuFailed(const Error &failure);
 
+/// A GPU id outside the devices is an error naming the valid range when the
+/// code is to run on a GPU (a wrong id is a mistake to report, not a reason
+/// to fall back to the CPU).
+Error checkGpuId(Method method, int gpuId);
+
 /// The checks compile() makes of the options every layer and loss has,
 /// then the method that will run (the fallback policy applied) with its GPU
 /// id checked.

@@ -104,14 +104,14 @@ void compareLayer(const std::vector<std::string> &formulas, Layout layout, int o
     std::vector<T> a(n), b(n), a2(n), b2(n);
     CAPTURE(kind);
     if (kind == 0) {
-      REQUIRE_OK(jit->forward(zz.data(), a.data(), batch));
-      REQUIRE_OK(interp->forward(zz.data(), a2.data(), batch));
+      REQUIRE_OK(jit->forward(zz, a, batch));
+      REQUIRE_OK(interp->forward(zz, a2, batch));
     } else if (kind == 1) {
-      REQUIRE_OK(jit->backward(zz.data(), err.data(), a.data(), batch));
-      REQUIRE_OK(interp->backward(zz.data(), err.data(), a2.data(), batch));
+      REQUIRE_OK(jit->backward(zz, err, a, batch));
+      REQUIRE_OK(interp->backward(zz, err, a2, batch));
     } else {
-      REQUIRE_OK(jit->fused(zz.data(), a.data(), b.data(), batch));
-      REQUIRE_OK(interp->fused(zz.data(), a2.data(), b2.data(), batch));
+      REQUIRE_OK(jit->fused(zz, a, b, batch));
+      REQUIRE_OK(interp->fused(zz, a2, b2, batch));
       expectClose(b, b2, 2 * maxUlp, absTol);
     }
     expectClose(a, a2, kind == 1 ? 2 * maxUlp : maxUlp, absTol);
@@ -168,15 +168,15 @@ TEST_CASE("baked constants give the same results and refuse changes") {
   std::vector<double> z(4 * 300), a(z.size()), b(z.size());
   for (size_t i = 0; i < z.size(); ++i)
     z[i] = double(i % 300) / 50 - 3;
-  REQUIRE_OK(baked->forward(z.data(), a.data(), 300));
-  REQUIRE_OK(plain->forward(z.data(), b.data(), 300));
+  REQUIRE_OK(baked->forward(z, a, 300));
+  REQUIRE_OK(plain->forward(z, b, 300));
   CHECK(a == b);
   CHECK(baked->setConstant(0, "alpha", 1).message() ==
         "constants are baked into this layer's code (bakeConstants); compile a new layer to change them");
   auto loss = Loss::compile("huber", {{"delta", 0.5}}, {.method = Method::CpuJit, .bakeConstants = true});
   REQUIRE(loss);
   float p[3] = {0, 1, 3}, t[3] = {0, 0, 0};
-  CHECK(*loss->forward(p, t, 3) == doctest::Approx((0 + 0.5 * (1 - 0.25) + 0.5 * (3 - 0.25)) / 3));
+  CHECK(*loss->forward({p, 3}, {t, 3}) == doctest::Approx((0 + 0.5 * (1 - 0.25) + 0.5 * (3 - 0.25)) / 3));
   CHECK(loss->setConstant("delta", 1).message() ==
         "constants are baked into this loss's code (bakeConstants); compile a new loss to change them");
 }
@@ -186,8 +186,8 @@ TEST_CASE("a value's result does not depend on its position in the array") {
   auto layer = ActivationLayer::compile({{"gelu", {}}}, {.method = Method::CpuJit});
   REQUIRE(layer);
   std::vector<float> z(1000, 0.7f), a(1000), f(1000), d(1000);
-  REQUIRE_OK(layer->forward(z.data(), a.data(), z.size()));
-  REQUIRE_OK(layer->fused(z.data(), f.data(), d.data(), z.size()));
+  REQUIRE_OK(layer->forward(z, a, z.size()));
+  REQUIRE_OK(layer->fused(z, f, d, z.size()));
   for (size_t i = 0; i < z.size(); ++i) {
     REQUIRE(a[i] == a[0]);
     REQUIRE(f[i] == a[i]);
@@ -211,17 +211,17 @@ TEST_CASE("compiled losses match the interpreter for every reduction") {
       REQUIRE(interp);
       REQUIRE(jit->method() == Method::CpuJit);
       std::vector<double> g1(n), g2(n), e1(n), e2(n);
-      REQUIRE_OK(jit->gradient(yp.data(), yt.data(), g1.data(), n));
-      REQUIRE_OK(interp->gradient(yp.data(), yt.data(), g2.data(), n));
+      REQUIRE_OK(jit->gradient(yp, yt, g1));
+      REQUIRE_OK(interp->gradient(yp, yt, g2));
       expectClose(g1, g2, 64, 1e-15);
-      REQUIRE_OK(jit->forwardElements(yp.data(), yt.data(), e1.data(), n));
-      REQUIRE_OK(interp->forwardElements(yp.data(), yt.data(), e2.data(), n));
+      REQUIRE_OK(jit->forwardElements(yp, yt, e1));
+      REQUIRE_OK(interp->forwardElements(yp, yt, e2));
       expectClose(e1, e2, 64, 1e-15);
       if (red != Reduction::None) {
-        double a = *jit->forward(yp.data(), yt.data(), n), b = *interp->forward(yp.data(), yt.data(), n);
+        double a = *jit->forward(yp, yt), b = *interp->forward(yp, yt);
         CHECK(a == doctest::Approx(b).epsilon(1e-12));
-        CHECK(*jit->forward(yp.data(), yt.data(), n) == a); // deterministic
-        double f = *jit->fused(yp.data(), yt.data(), g2.data(), n);
+        CHECK(*jit->forward(yp, yt) == a); // deterministic
+        double f = *jit->fused(yp, yt, g2);
         CHECK(f == doctest::Approx(a).epsilon(1e-12));
         CHECK(g2 == g1);
       }
@@ -241,7 +241,7 @@ TEST_CASE("compiling and running from 8 threads at once is safe") {
           continue;
         }
         std::vector<float> z(2 * 1000, 0.3f), a(z.size());
-        if (layer->forward(z.data(), a.data(), 1000) || a[1000] != float(std::sin(0.3f) * 2))
+        if (layer->forward(z, a, 1000) || a[1000] != float(std::sin(0.3f) * 2))
           ++failures;
       }
     });
@@ -258,13 +258,13 @@ TEST_CASE("fused kernels build once at first use, also when threads race for the
   for (size_t i = 0; i < z.size(); ++i)
     z[i] = float(i % 500) / 100 - 2.5f;
   std::vector<float> fwd(z.size());
-  REQUIRE_OK(layer->forward(z.data(), fwd.data(), 500));
+  REQUIRE_OK(layer->forward(z, fwd, 500));
   std::vector<std::vector<float>> a(4, std::vector<float>(z.size())), d = a;
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
-      if (layer->fused(z.data(), a[t].data(), d[t].data(), 500))
+      if (layer->fused(z, a[t], d[t], 500))
         ++failures;
     });
   for (auto &th : threads)
@@ -280,7 +280,7 @@ TEST_CASE("compile timings are reported") {
   REQUIRE_JIT();
   RuntimeFlags noCache = runtimeFlags();
   noCache.useKernelCache = false;
-  ScopedRuntimeFlags scope(noCache);
+  ScopedRuntimeFlags scope(RuntimeFlagsOverride::from(noCache));
   auto layer = ActivationLayer::compile({{"gelu", {}}, {"relu", {}}}, {.method = Method::CpuJit});
   REQUIRE(layer);
   const CompileInfo &info = layer->compileInfo();

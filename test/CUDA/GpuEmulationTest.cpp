@@ -14,7 +14,7 @@
 #include "TestUtil.h"
 
 #include "CodeGen/IREmitter.h"
-#include "Runtime/LayerAccess.h"
+#include "Model/CompiledModel.h"
 
 #include "hsnn/Layer.h"
 
@@ -187,12 +187,15 @@ template <class T> void compareLayer(Layout layout) {
   }
   auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
   REQUIRE(ref);
-  auto model = detail::LayerAccess::activation(*ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::activation(nodes, {.dtype = dt, .layout = layout}, warnings);
+  REQUIRE(compiled);
+  const detail::CompiledModel &model = **compiled;
   detail::GpuModuleSpec spec;
   for (int k = 0; k < 3; ++k) {
-    detail::GpuLayerKernel kernel{"layer" + std::to_string(k), detail::KernelShape(k), dt, layout, {}};
-    for (const auto &programs : model.groupPrograms)
-      kernel.units.push_back(programs[size_t(k)]);
+    detail::GpuLayerKernel kernel{"layer" + std::to_string(k), detail::KernelKind(k), dt, layout, {}};
+    for (const detail::CodeUnit &u : model.units)
+      kernel.units.push_back(u.programs[size_t(k)]);
     spec.layers.push_back(std::move(kernel));
   }
   EmulatedModule module(spec);
@@ -206,7 +209,7 @@ template <class T> void compareLayer(Layout layout) {
     err[i] = T(pick(rng));
   }
   int64_t nb = int64_t(batch), nn = int64_t(nodes.size());
-  std::vector<double> params = model.params;
+  std::vector<double> params = model.defaultParams;
   if (params.empty())
     params.push_back(0);
   // Shapes that make threads loop: nodes-major (2, nodes) x 64 threads over
@@ -216,21 +219,21 @@ template <class T> void compareLayer(Layout layout) {
   auto run = [&](int kind, const T *errIn, T *o0, T *o1) {
     auto *k = module.kernel<LayerKernel>("layer" + std::to_string(kind));
     if (layout == Layout::NodesMajor) {
-      launch(2, 10, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 0); });
+      launch(2, 10, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
       launch(2, unsigned(nn - 10), 64,
-             [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 10); });
+             [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 10); });
     } else {
-      launch(3, 1, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.nodeGroup.data(), model.offsets.data(), nb, nn, 0); });
+      launch(3, 1, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
     }
   };
   run(0, nullptr, a.data(), nullptr);
   run(1, err.data(), b.data(), nullptr);
   std::vector<T> fa(n), fd(n);
   run(2, nullptr, fa.data(), fd.data());
-  REQUIRE_OK(ref->forward(z.data(), ra.data(), batch));
-  REQUIRE_OK(ref->backward(z.data(), err.data(), rb.data(), batch));
+  REQUIRE_OK(ref->forward(z, ra, batch));
+  REQUIRE_OK(ref->backward(z, err, rb, batch));
   std::vector<T> ra2(n);
-  REQUIRE_OK(ref->fused(z.data(), ra2.data(), rd.data(), batch));
+  REQUIRE_OK(ref->fused(z, ra2, rd, batch));
   for (size_t i = 0; i < n; ++i) {
     CAPTURE(i);
     expectClose(a[i], ra[i], 4);
@@ -245,12 +248,14 @@ template <class T> void compareLoss(const char *name) {
   CAPTURE(name);
   auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
   REQUIRE(ref);
-  auto model = detail::LayerAccess::loss(*ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::loss(name, {}, {.dtype = dt}, warnings);
+  REQUIRE(compiled);
+  const detail::CompiledModel &model = **compiled;
   detail::GpuModuleSpec spec;
-  const detail::KernelShape shapes[4] = {detail::KernelShape::LossElements, detail::KernelShape::LossReduce,
-                                         detail::KernelShape::LossGradient, detail::KernelShape::LossFused};
   for (int k = 0; k < 4; ++k)
-    spec.losses.push_back({"loss" + std::to_string(k), model.programs[size_t(k)], shapes[k], dt});
+    spec.losses.push_back({"loss" + std::to_string(k), model.units[0].programs[size_t(detail::kLossKinds[size_t(k)])],
+                           detail::kLossKinds[size_t(k)], dt});
   spec.sumKernel = "add";
   EmulatedModule module(spec);
 
@@ -262,7 +267,7 @@ template <class T> void compareLoss(const char *name) {
     yp[size_t(i)] = T(pick(rng));
     yt[size_t(i)] = T(i % 3 == 0 ? 1.0 : pick(rng));
   }
-  std::vector<double> params = model.params;
+  std::vector<double> params = model.defaultParams;
   params.push_back(0);
   // 3 blocks of 64 threads: 6 warps, each leaving one partial.
   std::vector<double> partials(6, -1.0), total(1, 0.0);
@@ -276,7 +281,7 @@ template <class T> void compareLoss(const char *name) {
   double s = sum(1, T(1));
   for (double p : partials)
     CHECK(p != -1.0); // every warp wrote its partial
-  auto want = ref->forward(yp.data(), yt.data(), size_t(n));
+  auto want = ref->forward(yp, yt);
   REQUIRE(want);
   CHECK(s == doctest::Approx(*want).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-13));
   CHECK(sum(1, T(1)) == s); // the same bits again
@@ -284,7 +289,7 @@ template <class T> void compareLoss(const char *name) {
   double fusedSum = sum(3, T(0.5));
   CHECK(fusedSum == s); // fused sums the same losses in the same order
   std::vector<T> g(n);
-  REQUIRE_OK(ref->gradient(yp.data(), yt.data(), g.data(), size_t(n)));
+  REQUIRE_OK(ref->gradient(yp, yt, g));
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], T(0.5) * g[size_t(i)], 8);
 
@@ -292,7 +297,7 @@ template <class T> void compareLoss(const char *name) {
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], T(2) * g[size_t(i)], 8);
   std::vector<T> elements(n);
-  REQUIRE_OK(ref->forwardElements(yp.data(), yt.data(), elements.data(), size_t(n)));
+  REQUIRE_OK(ref->forwardElements(yp, yt, elements));
   sum(0, T(1));
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], elements[size_t(i)], 4);

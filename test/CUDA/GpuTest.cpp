@@ -52,8 +52,8 @@ template <class T> void compare(Layout layout) {
     err[i] = T(pick(rng));
   }
   std::vector<T> a(z.size()), d(z.size()), ra(z.size()), rd(z.size());
-  REQUIRE_OK(gpu->fused(z.data(), a.data(), d.data(), batch));
-  REQUIRE_OK(ref->fused(z.data(), ra.data(), rd.data(), batch));
+  REQUIRE_OK(gpu->fused(z, a, d, batch));
+  REQUIRE_OK(ref->fused(z, ra, rd, batch));
   for (size_t i = 0; i < z.size(); ++i) {
     CAPTURE(i);
     if (sameOrBothNaN(a[i], ra[i]) && sameOrBothNaN(d[i], rd[i]))
@@ -67,8 +67,8 @@ template <class T> void compare(Layout layout) {
     }
   }
   std::vector<T> b(z.size()), rb(z.size());
-  REQUIRE_OK(gpu->backward(z.data(), err.data(), b.data(), batch));
-  REQUIRE_OK(ref->backward(z.data(), err.data(), rb.data(), batch));
+  REQUIRE_OK(gpu->backward(z, err, b, batch));
+  REQUIRE_OK(ref->backward(z, err, rb, batch));
   for (size_t i = 0; i < z.size(); i += 7)
     CHECK(double(b[i]) == doctest::Approx(double(rb[i])).epsilon(1e-5).scale(1e-6));
 }
@@ -103,12 +103,12 @@ TEST_CASE("cuda losses match the interpreter for every reduction, deterministica
       REQUIRE(gpu);
       REQUIRE(ref);
       REQUIRE(gpu->method() == Method::Cuda);
-      double g = *gpu->forward(yp.data(), yt.data(), n), r = *ref->forward(yp.data(), yt.data(), n);
+      double g = *gpu->forward(yp, yt), r = *ref->forward(yp, yt);
       CHECK(g == doctest::Approx(r).epsilon(1e-12));
-      CHECK(*gpu->forward(yp.data(), yt.data(), n) == g); // the same bits every run
+      CHECK(*gpu->forward(yp, yt) == g); // the same bits every run
       std::vector<double> gg(n), rg(n);
-      REQUIRE_OK(gpu->gradient(yp.data(), yt.data(), gg.data(), n));
-      REQUIRE_OK(ref->gradient(yp.data(), yt.data(), rg.data(), n));
+      REQUIRE_OK(gpu->gradient(yp, yt, gg));
+      REQUIRE_OK(ref->gradient(yp, yt, rg));
       for (size_t i = 0; i < n; i += 101)
         CHECK(gg[i] == doctest::Approx(rg[i]).epsilon(1e-12).scale(1e-15));
     }
@@ -120,10 +120,10 @@ TEST_CASE("cuda layers read constants at run time") {
   auto layer = ActivationLayer::compile({{"sin(num)*alpha", {{"alpha", 2}}}}, {.method = Method::Cuda, .dtype = DType::F64});
   REQUIRE(layer);
   double z = 1, a = 0;
-  REQUIRE_OK(layer->forward(&z, &a, 1));
+  REQUIRE_OK(layer->forward({&z, 1}, {&a, 1}, 1));
   CHECK(a == doctest::Approx(2 * std::sin(1.0)));
   REQUIRE_OK(layer->setConstant(0, "alpha", -3));
-  REQUIRE_OK(layer->forward(&z, &a, 1));
+  REQUIRE_OK(layer->forward({&z, 1}, {&a, 1}, 1));
   CHECK(a == doctest::Approx(-3 * std::sin(1.0)));
 }
 
@@ -165,8 +165,8 @@ TEST_CASE("cuda layers with more nodes than one launch's grid.y holds match the 
     std::uniform_real_distribution<double> pick(-3, 3);
     for (double &v : z)
       v = pick(rng);
-    REQUIRE_OK(gpu->forward(z.data(), a.data(), batch));
-    REQUIRE_OK(ref->forward(z.data(), ra.data(), batch));
+    REQUIRE_OK(gpu->forward(z, a, batch));
+    REQUIRE_OK(ref->forward(z, ra, batch));
     for (size_t i = 0; i < z.size(); ++i)
       REQUIRE(a[i] == doctest::Approx(ra[i]).epsilon(1e-12).scale(1e-12));
   }
@@ -184,7 +184,7 @@ TEST_CASE("cuda layers on device buffers give the host path's bits, on every dev
   std::uniform_real_distribution<float> pick(-5, 5);
   for (float &v : z)
     v = pick(rng);
-  REQUIRE_OK(layer->forward(z.data(), a.data(), batch));
+  REQUIRE_OK(layer->forward(z, a, batch));
   for (int id = 0; id < runtimeInfo().numGpus; ++id) {
     CAPTURE(id);
     REQUIRE_OK(layer->setGpuId(id));
@@ -224,11 +224,11 @@ TEST_CASE("cuda losses on device buffers: sums are the same bits on every run") 
   REQUIRE(dg);
   REQUIRE_OK((*b)->toDevice(*dp, yp.data(), n * 4));
   REQUIRE_OK((*b)->toDevice(*dt, yt.data(), n * 4));
-  auto first = loss->fused(*dp, *dt, *dg, n);
+  auto first = loss->fused(*dp, *dt, *dg);
   REQUIRE(first);
   for (int rep = 0; rep < 5; ++rep)
-    CHECK(*loss->fused(*dp, *dt, *dg, n) == *first);
-  auto want = ref->fused(yp.data(), yt.data(), rg.data(), n);
+    CHECK(*loss->fused(*dp, *dt, *dg) == *first);
+  auto want = ref->fused(yp, yt, rg);
   REQUIRE(want);
   CHECK(*first == doctest::Approx(*want).epsilon(1e-5));
   REQUIRE_OK((*b)->toHost(g.data(), *dg, n * 4));

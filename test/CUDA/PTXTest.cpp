@@ -5,7 +5,7 @@
 // ptxas (unresolved __nv_* calls only show up there).
 //===----------------------------------------------------------------------===//
 #include "CUDA/PTXCompiler.h"
-#include "Runtime/LayerAccess.h"
+#include "Model/CompiledModel.h"
 
 #include "hsnn/Layer.h"
 
@@ -38,8 +38,7 @@ const std::vector<std::string> kLosses = {"mse", "mae", "huber", "bce", "log_cos
 // Kernels for every formula and loss, in one module: each layer kernel has
 // every formula as a unit (one switch case each), per kind and layout.
 struct Requests {
-  std::deque<ActivationLayer> layers;
-  std::deque<Loss> losses;
+  std::vector<std::shared_ptr<const detail::CompiledModel>> models;
   detail::GpuModuleSpec spec;
   std::vector<std::string> symbols;
 };
@@ -49,19 +48,19 @@ Requests allKernels(DType dtype) {
   detail::GpuLayerKernel kernels[2][3];
   for (size_t l = 0; l < 2; ++l)
     for (size_t k = 0; k < 3; ++k)
-      kernels[l][k] = {fmt::format("layer_{}_{}", l, detail::shapeName(detail::KernelShape(k))), detail::KernelShape(k),
+      kernels[l][k] = {fmt::format("layer_{}_{}", l, detail::kindName(detail::KernelKind(k))), detail::KernelKind(k),
                        dtype, l ? Layout::BatchMajor : Layout::NodesMajor, {}};
   for (size_t i = 0; i < kFormulas.size(); ++i) {
     std::map<std::string, double> c;
     if (kFormulas[i].find("alpha") != std::string::npos)
       c = {{"alpha", 2}};
-    auto layer = ActivationLayer::compile({{kFormulas[i], c}}, {.method = Method::CpuInterp, .dtype = dtype});
-    REQUIRE(layer);
-    r.layers.push_back(std::move(*layer));
-    auto model = detail::LayerAccess::activation(r.layers.back());
+    std::vector<std::string> warnings;
+    auto model = detail::CompiledModel::activation({{kFormulas[i], c}}, {.dtype = dtype}, warnings);
+    REQUIRE(model);
+    r.models.push_back(*model);
     for (size_t l = 0; l < 2; ++l)
       for (size_t k = 0; k < 3; ++k)
-        kernels[l][k].units.push_back(model.groupPrograms[0][k]);
+        kernels[l][k].units.push_back((*model)->units[0].programs[k]);
   }
   for (auto &byLayout : kernels)
     for (auto &k : byLayout) {
@@ -69,15 +68,13 @@ Requests allKernels(DType dtype) {
       r.spec.layers.push_back(std::move(k));
     }
   for (size_t i = 0; i < kLosses.size(); ++i) {
-    auto loss = Loss::compile(kLosses[i], {}, {.method = Method::CpuInterp, .dtype = dtype});
-    REQUIRE(loss);
-    r.losses.push_back(std::move(*loss));
-    auto model = detail::LayerAccess::loss(r.losses.back());
-    const detail::KernelShape shapes[4] = {detail::KernelShape::LossElements, detail::KernelShape::LossReduce,
-                                           detail::KernelShape::LossGradient, detail::KernelShape::LossFused};
-    for (size_t k = 0; k < 4; ++k) {
+    std::vector<std::string> warnings;
+    auto model = detail::CompiledModel::loss(kLosses[i], {}, {.dtype = dtype}, warnings);
+    REQUIRE(model);
+    r.models.push_back(*model);
+    for (detail::KernelKind k : detail::kLossKinds) {
       r.spec.losses.push_back(
-          {fmt::format("loss{}_{}", i, detail::shapeName(shapes[k])), model.programs[k], shapes[k], dtype});
+          {fmt::format("loss{}_{}", i, detail::kindName(k)), (*model)->units[0].programs[size_t(k)], k, dtype});
       r.symbols.push_back(r.spec.losses.back().symbol);
     }
   }

@@ -31,7 +31,7 @@ struct TempCache {
     RuntimeFlags f = runtimeFlags();
     f.cacheDir = dir;
     f.useKernelCache = true;
-    flags = std::make_unique<ScopedRuntimeFlags>(f);
+    flags = std::make_unique<ScopedRuntimeFlags>(RuntimeFlagsOverride::from(f));
     previous = setWarningHandler([this](std::string_view m) { warnings.emplace_back(m); });
   }
   ~TempCache() {
@@ -65,7 +65,7 @@ std::vector<float> run(const ActivationLayer &layer) {
   std::vector<float> z(3 * 100), a(z.size());
   for (size_t i = 0; i < z.size(); ++i)
     z[i] = float(i % 17) * 0.3f - 2;
-  REQUIRE_FALSE(static_cast<bool>(layer.forward(z.data(), a.data(), 100)));
+  REQUIRE_FALSE(static_cast<bool>(layer.forward(z, a, 100)));
   return a;
 }
 
@@ -172,7 +172,7 @@ TEST_CASE("a verified entry whose object does not link is compiled afresh and re
     REQUIRE(bytes.size() > 48);
     detail::CacheKey key;
     std::memcpy(key.data(), bytes.data() + 16, key.size());
-    auto store = detail::ObjectCache::open();
+    auto store = detail::ObjectCache::open({true, kernelCacheDir(), {}});
     REQUIRE(store);
     store->store(CacheCategory::Cpu, key, std::vector<char>(64, 'x'));
   }
@@ -206,7 +206,7 @@ TEST_CASE("the cache can be switched off") {
   TempCache cache;
   RuntimeFlags f = runtimeFlags();
   f.useKernelCache = false;
-  ScopedRuntimeFlags off(f);
+  ScopedRuntimeFlags off(RuntimeFlagsOverride::from(f));
   REQUIRE(build());
   CHECK_FALSE(build()->compileInfo().cacheHit);
   CHECK_FALSE(fs::exists(cache.dir));

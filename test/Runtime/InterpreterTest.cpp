@@ -33,7 +33,7 @@ double reference(const NodeSpec &node, double z, bool derivative) {
   auto layer = ActivationLayer::compile({node}, {.method = Method::CpuInterp, .dtype = DType::F64});
   REQUIRE(layer);
   double out = 0, one = 1;
-  REQUIRE_OK(derivative ? layer->backward(&z, &one, &out, 1) : layer->forward(&z, &out, 1));
+  REQUIRE_OK(derivative ? layer->backward({&z, 1}, {&one, 1}, {&out, 1}, 1) : layer->forward({&z, 1}, {&out, 1}, 1));
   (void)e;
   return out;
 }
@@ -54,9 +54,9 @@ template <class T> void checkLayer(Layout layout, size_t batch) {
   size_t nodes = kMixed.size(), n = nodes * batch;
   CHECK(layer->numDistinctFormulas() == 7);
   std::vector<T> z = randomInputs<T>(n, 1), err = randomInputs<T>(n, 2), a(n), delta(n), fa(n), fd(n);
-  REQUIRE_OK(layer->forward(z.data(), a.data(), batch));
-  REQUIRE_OK(layer->backward(z.data(), err.data(), delta.data(), batch));
-  REQUIRE_OK(layer->fused(z.data(), fa.data(), fd.data(), batch));
+  REQUIRE_OK(layer->forward(z, a, batch));
+  REQUIRE_OK(layer->backward(z, err, delta, batch));
+  REQUIRE_OK(layer->fused(z, fa, fd, batch));
   const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-13;
   for (size_t node = 0; node < nodes; ++node)
     for (size_t b = 0; b < batch; b += std::max<size_t>(1, batch / 37)) {
@@ -97,8 +97,8 @@ TEST_CASE("both layouts give the same numbers, transposed") {
   for (size_t n = 0; n < nodes; ++n)
     for (size_t b = 0; b < batch; ++b)
       zt[b * nodes + n] = z[n * batch + b];
-  REQUIRE_OK(nm->forward(z.data(), a.data(), batch));
-  REQUIRE_OK(bm->forward(zt.data(), at.data(), batch));
+  REQUIRE_OK(nm->forward(z, a, batch));
+  REQUIRE_OK(bm->forward(zt, at, batch));
   for (size_t n = 0; n < nodes; ++n)
     for (size_t b = 0; b < batch; ++b)
       REQUIRE(a[n * batch + b] == at[b * nodes + n]);
@@ -109,11 +109,11 @@ TEST_CASE("changing a constant takes effect on the next run without rebuilding")
   REQUIRE(layer);
   size_t batch = 4;
   std::vector<float> z(kMixed.size() * batch, 1.0f), a(z.size());
-  REQUIRE_OK(layer->forward(z.data(), a.data(), batch));
+  REQUIRE_OK(layer->forward(z, a, batch));
   CHECK(a[0] == doctest::Approx(2 * std::sin(1.0)));
   CHECK(a[4 * batch] == doctest::Approx(-1.5 * std::sin(1.0))); // node 4 shares node 0's code
   REQUIRE_OK(layer->setConstant(0, "alpha", 3.0));
-  REQUIRE_OK(layer->forward(z.data(), a.data(), batch));
+  REQUIRE_OK(layer->forward(z, a, batch));
   CHECK(a[0] == doctest::Approx(3 * std::sin(1.0)));
   CHECK(a[4 * batch] == doctest::Approx(-1.5 * std::sin(1.0))); // its own constant is untouched
   CHECK(*layer->constant(0, "alpha") == 3.0);
@@ -130,10 +130,10 @@ TEST_CASE("misuse is an error, not a crash") {
   auto layer = ActivationLayer::compile({{"relu", {}}});
   REQUIRE(layer);
   double zd = 1, ad = 0;
-  CHECK(layer->forward(&zd, &ad, 1).message() == "layer was compiled for f32, called with f64 arrays");
-  CHECK(layer->forward(static_cast<const float *>(nullptr), nullptr, 5).message() ==
-        "null array pointer with a non-empty batch");
-  REQUIRE_OK(layer->forward(static_cast<const float *>(nullptr), nullptr, 0));
+  CHECK(layer->forward({&zd, 1}, {&ad, 1}, 1).message() == "layer was compiled for f32, called with f64 arrays");
+  CHECK(layer->forward(std::span<const float>(), std::span<float>(), 5).message() ==
+        "'z' holds 0 elements; 1 nodes x batch 5 needs exactly 5");
+  REQUIRE_OK(layer->forward(std::span<const float>(), std::span<float>(), 0));
   CHECK(ActivationLayer::compile({}).error().message() == "a layer needs at least one node");
   CHECK(layer->formula(0) == "Max(0, num)");
   CHECK(layer->derivative(0) == "Piecewise((0, 0 >= num), (1, True))");
@@ -146,7 +146,7 @@ TEST_CASE("a thread budget is honoured and gives the same results") {
   REQUIRE(many);
   size_t batch = 20000;
   std::vector<float> z = randomInputs<float>(kMixed.size() * batch, 9), a1(z.size()), a2(z.size());
-  REQUIRE_OK(one->forward(z.data(), a1.data(), batch));
-  REQUIRE_OK(many->forward(z.data(), a2.data(), batch));
+  REQUIRE_OK(one->forward(z, a1, batch));
+  REQUIRE_OK(many->forward(z, a2, batch));
   CHECK(a1 == a2);
 }

@@ -32,7 +32,7 @@ TEST_CASE("mean, sum and none reductions of a loss and its gradient") {
   REQUIRE(sum);
   REQUIRE(none);
 
-  REQUIRE_OK(none->forwardElements(yp.data(), yt.data(), per.data(), n));
+  REQUIRE_OK(none->forwardElements({yp.data(), n}, {yt.data(), n}, {per.data(), n}));
   double total = 0;
   for (size_t i = 0; i < n; ++i) {
     double d = yp[i] - yt[i];
@@ -40,14 +40,14 @@ TEST_CASE("mean, sum and none reductions of a loss and its gradient") {
     REQUIRE(per[i] == doctest::Approx(want).epsilon(1e-15));
     total += per[i];
   }
-  CHECK(*sum->forward(yp.data(), yt.data(), n) == doctest::Approx(total).epsilon(1e-12));
-  CHECK(*mean->forward(yp.data(), yt.data(), n) == doctest::Approx(total / n).epsilon(1e-12));
-  CHECK(none->forward(yp.data(), yt.data(), n).error().message() ==
+  CHECK(*sum->forward({yp.data(), n}, {yt.data(), n}) == doctest::Approx(total).epsilon(1e-12));
+  CHECK(*mean->forward({yp.data(), n}, {yt.data(), n}) == doctest::Approx(total / n).epsilon(1e-12));
+  CHECK(none->forward({yp.data(), n}, {yt.data(), n}).error().message() ==
         "reduction is none: use forwardElements for per-element losses");
 
-  REQUIRE_OK(mean->gradient(yp.data(), yt.data(), g.data(), n));
-  REQUIRE_OK(sum->gradient(yp.data(), yt.data(), gs.data(), n));
-  REQUIRE_OK(none->gradient(yp.data(), yt.data(), gn.data(), n));
+  REQUIRE_OK(mean->gradient({yp.data(), n}, {yt.data(), n}, {g.data(), n}));
+  REQUIRE_OK(sum->gradient({yp.data(), n}, {yt.data(), n}, {gs.data(), n}));
+  REQUIRE_OK(none->gradient({yp.data(), n}, {yt.data(), n}, {gn.data(), n}));
   for (size_t i = 0; i < n; i += 97) {
     double d = yp[i] - yt[i];
     double want = std::fabs(d) <= 0.5 ? d : 0.5 * (d > 0 ? 1 : -1);
@@ -55,9 +55,9 @@ TEST_CASE("mean, sum and none reductions of a loss and its gradient") {
     CHECK(gn[i] == gs[i]);
     CHECK(g[i] == doctest::Approx(want / n).epsilon(1e-15)); // seed: mean gradient scaled by 1/N
   }
-  auto fusedValue = mean->fused(yp.data(), yt.data(), gf.data(), n);
+  auto fusedValue = mean->fused({yp.data(), n}, {yt.data(), n}, {gf.data(), n});
   REQUIRE(fusedValue);
-  CHECK(*fusedValue == *mean->forward(yp.data(), yt.data(), n));
+  CHECK(*fusedValue == *mean->forward({yp.data(), n}, {yt.data(), n}));
   CHECK(gf == g);
 }
 
@@ -70,10 +70,10 @@ TEST_CASE("reductions are deterministic across runs and thread counts") {
   auto b = Loss::compile("bce", {}, {.threads = 3});
   REQUIRE(a);
   REQUIRE(b);
-  double first = *a->forward(yp.data(), yt.data(), n);
+  double first = *a->forward({yp.data(), n}, {yt.data(), n});
   for (int rep = 0; rep < 3; ++rep) {
-    CHECK(*a->forward(yp.data(), yt.data(), n) == first);
-    CHECK(*b->forward(yp.data(), yt.data(), n) == first);
+    CHECK(*a->forward({yp.data(), n}, {yt.data(), n}) == first);
+    CHECK(*b->forward({yp.data(), n}, {yt.data(), n}) == first);
   }
 }
 
@@ -81,8 +81,8 @@ TEST_CASE("loss constants, f32 and errors") {
   auto loss = Loss::compile("mse", {}, {.dtype = DType::F32, .reduction = Reduction::Sum});
   REQUIRE(loss);
   float yp[3] = {1, 2, 3}, yt[3] = {0, 0, 0}, g[3];
-  CHECK(*loss->forward(yp, yt, 3) == 14);
-  REQUIRE_OK(loss->gradient(yp, yt, g, 3));
+  CHECK(*loss->forward({yp, 3}, {yt, 3}) == 14);
+  REQUIRE_OK(loss->gradient({yp, 3}, {yt, 3}, {g, 3}));
   CHECK(g[2] == 6);
   CHECK(loss->formula() == "(y_pred - y_true)*(y_pred - y_true)");
   CHECK(loss->derivative() == "y_pred - y_true + (y_pred - y_true)");
@@ -92,9 +92,9 @@ TEST_CASE("loss constants, f32 and errors") {
   CHECK(*huber->constant("delta") == 1.0);
   REQUIRE_OK(huber->setConstant("delta", 0.25));
   float p = 2, t = 0;
-  CHECK(*huber->forward(&p, &t, 1) == doctest::Approx(0.25 * (2 - 0.125)));
+  CHECK(*huber->forward({&p, 1}, {&t, 1}) == doctest::Approx(0.25 * (2 - 0.125)));
   CHECK(huber->setConstant("dleta", 1).message() == "the loss has no constant 'dleta'; it has: delta");
-  CHECK(huber->forward(&p, &t, 0).error().message() == "the mean of zero elements is undefined");
+  CHECK(huber->forward({&p, 0}, {&t, 0}).error().message() == "the mean of zero elements is undefined");
 
   auto bad = Loss::compile("y_true**2");
   REQUIRE_FALSE(bad);

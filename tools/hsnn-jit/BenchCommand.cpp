@@ -143,21 +143,21 @@ private:
         return oracle.error();
       std::string lay(to_string(layout));
       if (o_.workload != "W2") {
-        if (Error e = layer->forward(z.data(), a.data(), kBatch))
+        if (Error e = layer->forward(z, a, kBatch))
           return e;
-        (void)oracle->forward(z.data(), ref.data(), kBatch);
+        (void)oracle->forward(z, ref, kBatch);
         if (auto e = check(a, ref, "W1 forward"))
           return e;
-        record("W1", "forward " + lay, 1, 1, [&] { (void)layer->forward(z.data(), a.data(), kBatch); });
+        record("W1", "forward " + lay, 1, 1, [&] { (void)layer->forward(z, a, kBatch); });
       }
       if (o_.workload != "W1") {
-        if (Error e = layer->backward(z.data(), err.data(), d.data(), kBatch))
+        if (Error e = layer->backward(z, err, d, kBatch))
           return e;
-        (void)oracle->backward(z.data(), err.data(), ref.data(), kBatch);
+        (void)oracle->backward(z, err, ref, kBatch);
         if (auto e = check(d, ref, "W2 backward"))
           return e;
-        record("W2", "backward " + lay, 2, 1, [&] { (void)layer->backward(z.data(), err.data(), d.data(), kBatch); });
-        record("W2", "fused " + lay, 1, 2, [&] { (void)layer->fused(z.data(), a.data(), d.data(), kBatch); });
+        record("W2", "backward " + lay, 2, 1, [&] { (void)layer->backward(z, err, d, kBatch); });
+        record("W2", "fused " + lay, 1, 2, [&] { (void)layer->fused(z, a, d, kBatch); });
       }
     }
     return std::nullopt;
@@ -169,8 +169,8 @@ private:
     if (!layer)
       return layer.error();
     std::vector<T> z = randomArray<T>(kElements, -4, 4, 3), err = randomArray<T>(kElements, -1, 1, 4), a(kElements);
-    record("W3", "gelu forward", 1, 1, [&] { (void)layer->forward(z.data(), a.data(), kElements); });
-    record("W3", "gelu backward", 2, 1, [&] { (void)layer->backward(z.data(), err.data(), a.data(), kElements); });
+    record("W3", "gelu forward", 1, 1, [&] { (void)layer->forward(z, a, kElements); });
+    record("W3", "gelu backward", 2, 1, [&] { (void)layer->backward(z, err, a, kElements); });
     return std::nullopt;
   }
 
@@ -182,9 +182,9 @@ private:
       if (!loss)
         return loss.error();
       std::string n(name);
-      record("W4", n + " mean forward", 2, 0, [&] { (void)loss->forward(yp.data(), yt.data(), kElements); });
-      record("W4", n + " gradient", 2, 1, [&] { (void)loss->gradient(yp.data(), yt.data(), g.data(), kElements); });
-      record("W4", n + " fused", 2, 1, [&] { (void)loss->fused(yp.data(), yt.data(), g.data(), kElements); });
+      record("W4", n + " mean forward", 2, 0, [&] { (void)loss->forward({yp.data(), kElements}, {yt.data(), kElements}); });
+      record("W4", n + " gradient", 2, 1, [&] { (void)loss->gradient({yp.data(), kElements}, {yt.data(), kElements}, {g.data(), kElements}); });
+      record("W4", n + " fused", 2, 1, [&] { (void)loss->fused({yp.data(), kElements}, {yt.data(), kElements}, {g.data(), kElements}); });
     }
     return std::nullopt;
   }
@@ -220,7 +220,7 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
   RuntimeFlags f = runtimeFlags();
   f.useKernelCache = false;
   {
-    ScopedRuntimeFlags noCache(f);
+    ScopedRuntimeFlags noCache(RuntimeFlagsOverride::from(f));
     std::vector<double> cold;
     for (int i = 0; i < std::max(3, o.reps / 2); ++i) {
       auto t0 = Clock::now();
@@ -240,7 +240,7 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
   f.useKernelCache = true;
   f.cacheDir = dir;
   {
-    ScopedRuntimeFlags cached(f);
+    ScopedRuntimeFlags cached(RuntimeFlagsOverride::from(f));
     if (auto layer = ActivationLayer::compile(w1Nodes(), {.method = Method::CpuJit}); !layer)
       return layer.error();
   }
@@ -272,7 +272,7 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
   if (!interp)
     return interp.error();
   std::vector<float> z = randomArray<float>(kElements, -4, 4, 1), a(kElements);
-  r.interpW1Ms = medianMs(std::max(3, o.reps / 3), [&] { (void)interp->forward(z.data(), a.data(), kBatch); });
+  r.interpW1Ms = medianMs(std::max(3, o.reps / 3), [&] { (void)interp->forward(z, a, kBatch); });
   return std::nullopt;
 }
 

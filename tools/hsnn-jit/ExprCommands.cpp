@@ -271,7 +271,7 @@ int runEval(std::span<const std::string_view> args) {
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T z = T(*o.at), one = 1, out = 0;
-      Error e = o.derivative ? layer->backward(&z, &one, &out, 1) : layer->forward(&z, &out, 1);
+      Error e = o.derivative ? layer->backward({&z, 1}, {&one, 1}, {&out, 1}, 1) : layer->forward({&z, 1}, {&out, 1}, 1);
       value = double(out);
       return e;
     };
@@ -286,7 +286,7 @@ int runEval(std::span<const std::string_view> args) {
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T yp = T(*o.at), yt = T(o.yTrue.value_or(0)), out = 0;
-      Error e = o.derivative ? loss->gradient(&yp, &yt, &out, 1) : loss->forwardElements(&yp, &yt, &out, 1);
+      Error e = o.derivative ? loss->gradient({&yp, 1}, {&yt, 1}, {&out, 1}) : loss->forwardElements({&yp, 1}, {&yt, 1}, {&out, 1});
       value = double(out);
       return e;
     };

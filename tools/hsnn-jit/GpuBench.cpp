@@ -118,7 +118,7 @@ private:
         auto got = download(*da);
         if (!got)
           return got.takeError();
-        (void)oracle->forward(z.data(), ref.data(), kBenchBatch);
+        (void)oracle->forward(z, ref, kBenchBatch);
         if (Error e = checkAgainst(*got, ref, "W1 forward " + lay))
           return e;
         if (Error e = record("W1", "forward " + lay, 1, 1, [&] { return layer->forward(*dz, *da, kBenchBatch); }))
@@ -130,7 +130,7 @@ private:
         auto got = download(*dd);
         if (!got)
           return got.takeError();
-        (void)oracle->backward(z.data(), err.data(), ref.data(), kBenchBatch);
+        (void)oracle->backward(z, err, ref, kBenchBatch);
         if (Error e = checkAgainst(*got, ref, "W2 backward " + lay))
           return e;
         if (Error e = record("W2", "backward " + lay, 2, 1, [&] { return layer->backward(*dz, *de, *dd, kBenchBatch); }))
@@ -169,19 +169,19 @@ private:
         return loss.takeError();
       if (!oracle)
         return oracle.takeError();
-      auto got = loss->forward(*dp, *dt, kBenchElements);
+      auto got = loss->forward(*dp, *dt);
       if (!got)
         return got.takeError();
-      double want = *oracle->forward(yp.data(), yt.data(), kBenchElements);
+      double want = *oracle->forward(yp, yt);
       if (!(std::fabs(*got - want) <= (std::is_same_v<T, float> ? 1e-5 : 1e-12) * std::max(1.0, std::fabs(want))))
         return Error(ErrorCode::Internal, fmt::format("W4 {} mean: the GPU says {}, the interpreter {}", name, *got, want));
       std::string n(name);
       auto asError = [](Expected<double> v) { return v ? Error::success() : v.takeError(); };
-      if (Error e = record("W4", n + " mean forward", 2, 0, [&] { return asError(loss->forward(*dp, *dt, kBenchElements)); }))
+      if (Error e = record("W4", n + " mean forward", 2, 0, [&] { return asError(loss->forward(*dp, *dt)); }))
         return e;
-      if (Error e = record("W4", n + " gradient", 2, 1, [&] { return loss->gradient(*dp, *dt, *dg, kBenchElements); }))
+      if (Error e = record("W4", n + " gradient", 2, 1, [&] { return loss->gradient(*dp, *dt, *dg); }))
         return e;
-      if (Error e = record("W4", n + " fused", 2, 1, [&] { return asError(loss->fused(*dp, *dt, *dg, kBenchElements)); }))
+      if (Error e = record("W4", n + " fused", 2, 1, [&] { return asError(loss->fused(*dp, *dt, *dg)); }))
         return e;
     }
     return Error::success();
@@ -208,7 +208,7 @@ Error runGpuCompileBench(const BenchOptions &o, GpuCompileResult &r) {
     return Error(ErrorCode::Internal, "cannot create a temporary cache directory");
   RuntimeFlags f = runtimeFlags();
   f.cacheDir = std::string(tmpl) + "/cache";
-  ScopedRuntimeFlags scoped(f);
+  ScopedRuntimeFlags scoped(RuntimeFlagsOverride::from(f));
   std::vector<double> cold, ptx, load, hit, hitLoad;
   for (int i = 0; i < std::max(3, o.reps / 2); ++i) {
     (void)clearKernelCache(CacheCategory::Gpu);

@@ -5,9 +5,8 @@
 #include <fmt/format.h>
 #include <vector>
 
-#ifndef HSNN_VERSION
-#define HSNN_VERSION "0.1.0"
-#endif
+#include "hsnn/Version.h"
+
 
 namespace hsnn::cli {
 

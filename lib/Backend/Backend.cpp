@@ -1,23 +1,20 @@
-//===- lib/Runtime/Backend.cpp - Backend registry and the CPU backend -----===//
+//===- lib/Backend/Backend.cpp - The Backend base class and the CPU backend ===//
 #include "hsnn/Backend.h"
 
-#include "hsnn/Runtime.h"
+#include "CpuBackend.h"
 
-#include "CUDA/CudaBackend.h"
-
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
-#include <map>
-#include <mutex>
 
 namespace hsnn {
 namespace {
 
 size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
+
+std::string_view dtypeName(DType d) { return d == DType::F32 ? "f32" : "f64"; }
 
 /// Host memory: "device" and host are one address space, copies are memcpy.
 class CpuBackend final : public Backend {
@@ -38,12 +35,12 @@ public:
   Expected<DeviceBuffer> allocate(size_t count, DType dtype) override {
     size_t es = elementSize(dtype);
     if (count > std::numeric_limits<size_t>::max() / es - 64)
-      return Error(ErrorCode::InvalidArgument, fmt::format("{} elements of {} overflow the address space", count, to_string(dtype)));
+      return Error(ErrorCode::InvalidArgument, fmt::format("{} elements of {} overflow the address space", count, dtypeName(dtype)));
     size_t bytes = count * es, rounded = (bytes + 63) / 64 * 64;
     void *p = std::aligned_alloc(64, rounded ? rounded : 64);
     if (!p)
       return Error(ErrorCode::InvalidArgument, fmt::format("cannot allocate {} bytes", bytes));
-    return DeviceBuffer(std::shared_ptr<void>(p, std::free), bytes, "cpu");
+    return DeviceBuffer(std::shared_ptr<void>(p, std::free), count, dtype, "cpu");
   }
 
   Error toDevice(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset) override {
@@ -121,39 +118,11 @@ Error Backend::toHostAsync(void *host, const DeviceBuffer &src, size_t bytes, si
   return toHost(host, src, bytes, offset);
 }
 
-Expected<std::shared_ptr<Backend>> getBackend(std::string_view spec) {
-  const RuntimeInfo &info = runtimeInfo();
-  if (spec == "cpu" || (spec == "auto" && info.numGpus == 0)) {
-    static auto cpu = std::make_shared<CpuBackend>();
-    return std::shared_ptr<Backend>(cpu);
-  }
-  if (spec == "auto" || spec == "cuda" || spec.starts_with("cuda:")) {
-    int device = 0;
-    if (spec.starts_with("cuda:")) {
-      std::string_view n = spec.substr(5);
-      auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), device);
-      if (ec != std::errc() || p != n.data() + n.size() || device < 0)
-        return Error(ErrorCode::InvalidArgument, fmt::format("bad backend '{}': expected cuda:N with N a device number", spec));
-    }
-    // The backend (device memory) works wherever the driver finds a device,
-    // even while the cuda *method* cannot run layers yet.
-    if (info.numGpus == 0)
-      return Error(ErrorCode::Unsupported, fmt::format("backend '{}' is unavailable: {}", spec, info.gpuUnavailableReason));
-    if (device >= info.numGpus)
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("backend '{}': device {} does not exist; valid devices are 0..{}", spec, device, info.numGpus - 1));
-    static std::mutex mutex;
-    static std::map<int, std::shared_ptr<Backend>> backends; // one primary context per device
-    std::lock_guard lock(mutex);
-    if (auto it = backends.find(device); it != backends.end())
-      return it->second;
-    auto backend = detail::makeCudaBackend(device);
-    if (!backend)
-      return backend.takeError();
-    backends[device] = *backend;
-    return std::move(*backend);
-  }
-  return Error(ErrorCode::InvalidArgument, fmt::format("unknown backend '{}'; use auto, cpu, cuda or cuda:N", spec));
+namespace detail {
+std::shared_ptr<Backend> cpuBackend() {
+  static auto cpu = std::make_shared<CpuBackend>();
+  return cpu;
 }
+} // namespace detail
 
 } // namespace hsnn

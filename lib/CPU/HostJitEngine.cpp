@@ -1,0 +1,254 @@
+//===- lib/CPU/HostJitEngine.cpp - Models run as JIT-compiled host code ---===//
+#include "HostJitEngine.h"
+
+#include "Program/Launch.h"
+#include "hsnn/Version.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <mutex>
+#include <tbb/parallel_for.h>
+
+namespace hsnn::detail {
+namespace {
+
+constexpr size_t kMaxChunks = 4, kMinPerChunk = 3;
+// Contiguous elements per activation call: long enough to amortise the
+// call, short enough that a batch-major tile stays in L2.
+constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
+constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
+
+// Everything that changes the object: the tapes (the canonical form of the
+// formulas after simplification and differentiation), kernel kinds, dtype,
+// options, and the target, compiler and hsnn versions.
+CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
+  CacheKeyBuilder k;
+  // Bump the format whenever the emitter or pipeline changes the code it makes.
+  k.add("format", "hsnn-host-object-3")
+      .add("hsnn", HSNN_VERSION)
+      .add("llvm", t.llvmVersion)
+      .add("triple", t.triple)
+      .add("cpu", t.cpu)
+      .add("features", t.features)
+      .add("vector-math", t.vectorMath)
+      .add("opt", uint64_t(options.optLevel))
+      .add("fast-math", uint64_t(options.fastMath));
+  for (const KernelRequest &r : requests)
+    k.add("symbol", r.symbol)
+        .add("kind", kindName(r.kind))
+        .add("dtype", to_string(r.dtype))
+        .add("tape", r.program->fingerprint());
+  return k.finish();
+}
+
+// Compiles (or loads from the disk cache) the requested kernels and returns
+// them loaded, filling the JIT fields of `info`.
+Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
+                                                      const CacheConfig &cacheConfig, CompileInfo &info) {
+  auto jit = HostJIT::get();
+  if (!jit)
+    return jit.error();
+  std::vector<std::string> symbols;
+  for (const KernelRequest &r : requests)
+    symbols.push_back(r.symbol);
+
+  // Kernels compile in a fixed number of independent objects, in parallel.
+  // The split depends only on the requests, so cache keys do not change
+  // with the thread count.
+  size_t chunks = std::min<size_t>(kMaxChunks, (requests.size() + kMinPerChunk - 1) / kMinPerChunk);
+  size_t per = (requests.size() + chunks - 1) / chunks;
+  std::optional<ObjectCache> cache = ObjectCache::open(cacheConfig);
+  std::vector<std::vector<char>> objects(chunks);
+  std::vector<CompileStats> stats(chunks);
+  std::vector<Error> errors(chunks);
+  std::vector<char> hit(chunks, 0);
+  auto build = [&](size_t c, bool useCached) {
+    auto part = requests.subspan(c * per, std::min(per, requests.size() - c * per));
+    CacheKey key = objectKey(part, options, (*jit)->target());
+    if (cache && useCached)
+      if (auto object = cache->load(CacheCategory::Cpu, key)) {
+        objects[c] = std::move(*object);
+        hit[c] = 1;
+        return;
+      }
+    auto object = (*jit)->compileObject(part, options, &stats[c]);
+    if (!object) {
+      errors[c] = object.takeError();
+      return;
+    }
+    if (cache)
+      cache->store(CacheCategory::Cpu, key, *object);
+    objects[c] = std::move(*object);
+  };
+  tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, true); });
+  for (Error &e : errors)
+    if (e)
+      return std::move(e);
+
+  CompileStats loadStats;
+  auto lib = (*jit)->load(objects, symbols, &loadStats);
+  if (!lib && std::find(hit.begin(), hit.end(), 1) != hit.end()) {
+    // A verified entry that does not link (the machine's libmvec changed,
+    // say) is compiled afresh and replaced, like any other miss.
+    std::fill(hit.begin(), hit.end(), 0);
+    tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, false); });
+    for (Error &e : errors)
+      if (e)
+        return std::move(e);
+    lib = (*jit)->load(objects, symbols, &loadStats);
+  }
+  if (!lib)
+    return lib.error();
+  info.emitMs = info.optimizeMs = info.codegenMs = 0;
+  info.objectBytes = 0;
+  for (size_t c = 0; c < chunks; ++c) { // CPU time summed over the parallel compiles
+    info.emitMs += stats[c].emitMs;
+    info.optimizeMs += stats[c].optimizeMs;
+    info.codegenMs += stats[c].codegenMs;
+    info.objectBytes += objects[c].size();
+  }
+  info.loadMs = loadStats.loadMs;
+  info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
+  return lib;
+}
+
+class HostJitEngine final : public Engine {
+public:
+  HostJitEngine(std::shared_ptr<const CompiledModel> m, HostEngineOptions options)
+      : Engine(std::move(m)), options_(std::move(options)), interpreter_(makeInterpreterEngine(model_)) {}
+
+  Method method() const override { return Method::CpuJit; }
+
+  // Builds the kernels of `kinds` for every code unit.
+  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info) {
+    const CompiledModel &m = model();
+    std::vector<KernelRequest> requests;
+    std::string prefix = m.isLoss ? "hsnn_loss" : "hsnn_layer";
+    for (KernelKind kind : kinds)
+      for (size_t u = 0; u < m.units.size(); ++u)
+        requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), m.units[u].programs[size_t(kind)], kind,
+                            m.options.dtype});
+    auto lib = buildKernels(requests, options_.jit, options_.cache, info);
+    if (!lib)
+      return lib.takeError();
+    size_t i = 0;
+    for (KernelKind kind : kinds) {
+      std::vector<void *> &fns = nodeKernel_[size_t(kind)];
+      for (size_t n = 0; n < m.numNodes(); ++n)
+        fns.push_back((*lib)->address(requests[i + m.unitOf[n]].symbol));
+      i += m.units.size();
+    }
+    libraries_.push_back(std::move(*lib));
+    return Error::success();
+  }
+
+  Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
+    if (kind == KernelKind::Fused) {
+      if (Error e = ensureFused())
+        return e;
+      if (!fusedCompiled_)
+        return interpreter_->runActivation(kind, a, params);
+    }
+    if (model().options.dtype == DType::F32)
+      run<float>(kind, a, params);
+    else
+      run<double>(kind, a, params);
+    return Error::success();
+  }
+
+  Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
+    if (model().options.dtype == DType::F32)
+      return runLoss<float>(kind, a, params);
+    return runLoss<double>(kind, a, params);
+  }
+
+private:
+  // The fused kernels, built once on first use; a failure follows the
+  // fallback policy (interpreter with a warning, or an error when strict).
+  Error ensureFused() const {
+    std::call_once(fusedOnce_, [this] {
+      auto *self = const_cast<HostJitEngine *>(this);
+      CompileInfo lazy;
+      if (Error e = self->build({KernelKind::Fused}, lazy))
+        fusedError_ = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
+      else
+        fusedCompiled_ = true;
+    });
+    return fusedError_;
+  }
+
+  template <class T> void run(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const {
+    const auto &fns = nodeKernel_[size_t(kind)];
+    const CompiledModel &m = model();
+    // Batch-major tiles of 256 f32 or 128 f64 rows: measured best on bench W1.
+    size_t block = m.options.layout == Layout::NodesMajor ? kActivationBlock : kTileBytes / sizeof(T);
+    const double *p = params.values.data();
+    launchActivation<T>(m.options.layout, m.numNodes(), a.batch, static_cast<const T *>(a.z),
+                        static_cast<const T *>(a.err), static_cast<T *>(a.out0), static_cast<T *>(a.out1), block,
+                        [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
+                          auto fn = reinterpret_cast<ActivationFn<T>>(fns[n]);
+                          runPadded<T>(fn, zIn, errIn, o0, o1, p + m.offsets[n], len);
+                        });
+  }
+
+  template <class T> double runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const {
+    auto fn = reinterpret_cast<LossFn<T>>(nodeKernel_[size_t(kind)][0]);
+    const T *yp = static_cast<const T *>(a.yPred), *yt = static_cast<const T *>(a.yTrue);
+    T *out = static_cast<T *>(a.out);
+    T scale = T(a.scale);
+    const double *p = params.values.data();
+    bool sums = kindInfo(kind).summing;
+    return launchLoss(a.n, kLossBlock, [&](size_t i0, size_t len) {
+      // Whole multiples of the padding go straight through; the tail runs
+      // padded, per element, and its losses are added after in order.
+      size_t main = len - len % kKernelPadding, tail = len - main;
+      double sum = main ? fn(yp + i0, yt + i0, out ? out + i0 : nullptr, p, int64_t(main), scale) : 0.0;
+      if (tail) {
+        constexpr size_t P = kKernelPadding;
+        T yb[P] = {}, tb[P] = {}, l[P], g[P];
+        std::copy_n(yp + i0 + main, tail, yb);
+        std::copy_n(yt + i0 + main, tail, tb);
+        auto elements = reinterpret_cast<LossFn<T>>(nodeKernel_[size_t(KernelKind::LossElements)][0]);
+        auto gradient = reinterpret_cast<LossFn<T>>(nodeKernel_[size_t(KernelKind::LossGradient)][0]);
+        if (kindInfo(kind).value)
+          elements(yb, tb, l, p, int64_t(P), scale);
+        if (kindInfo(kind).derivative)
+          gradient(yb, tb, g, p, int64_t(P), scale);
+        for (size_t i = 0; i < tail; ++i) {
+          if (sums)
+            sum += double(l[i]);
+          if (kind == KernelKind::LossElements)
+            out[i0 + main + i] = l[i];
+          else if (kindInfo(kind).derivative)
+            out[i0 + main + i] = g[i];
+        }
+      }
+      return sum;
+    });
+  }
+
+  HostEngineOptions options_;
+  std::shared_ptr<const Engine> interpreter_; // runs kinds the JIT could not build
+  std::vector<std::shared_ptr<KernelLibrary>> libraries_;
+  std::vector<void *> nodeKernel_[kNumKernelKinds]; // per kind, per node
+  mutable std::once_flag fusedOnce_;
+  mutable Error fusedError_;
+  mutable bool fusedCompiled_ = false;
+};
+
+} // namespace
+
+Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const CompiledModel> model,
+                                                          const HostEngineOptions &options, CompileInfo &info) {
+  bool loss = model->isLoss;
+  auto engine = std::make_shared<HostJitEngine>(std::move(model), options);
+  Error e = loss ? engine->build({KernelKind::LossElements, KernelKind::LossSum, KernelKind::LossGradient,
+                                  KernelKind::LossFused},
+                                 info)
+                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info);
+  if (e)
+    return e;
+  return std::shared_ptr<const Engine>(std::move(engine));
+}
+
+} // namespace hsnn::detail

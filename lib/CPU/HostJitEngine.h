@@ -1,0 +1,28 @@
+//===- lib/CPU/HostJitEngine.h - Models run as JIT-compiled host code -*- C++ -*-===//
+//
+// The cpu_jit engine: kernels for the model's code units compiled by the host
+// JIT (or loaded from the disk cache, keyed by the tapes, target and
+// options), run over the batch with TBB. Activation forward and backward
+// kernels are built at creation; fused ones at their first use.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Cache/ObjectCache.h"
+#include "HostJIT.h"
+#include "Model/Engine.h"
+
+namespace hsnn::detail {
+
+struct HostEngineOptions {
+  JITOptions jit;
+  CacheConfig cache;
+  /// What to do when a kernel built after creation (fused) fails.
+  LazyFailurePolicy onLazyFailure;
+};
+
+/// Builds the engine, filling the compile statistics of `info`.
+Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const CompiledModel> model,
+                                                          const HostEngineOptions &options, CompileInfo &info);
+
+} // namespace hsnn::detail

@@ -1,0 +1,549 @@
+//===- lib/CUDA/GpuEngine.cpp - Models run on an NVIDIA GPU --------------===//
+#include "GpuEngine.h"
+
+#include "CodeGen/KernelSpec.h"
+#include "GpuModule.h"
+#include "Program/Stopwatch.h"
+
+#include "hsnn/Version.h"
+
+#if HSNN_HAS_NVPTX
+#include "PTXCompiler.h"
+#endif
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <mutex>
+
+namespace hsnn::detail {
+namespace {
+
+size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
+constexpr unsigned kWarp = 32, kMaxGridY = 65535;
+constexpr uint64_t kMaxGridX = 0x7fffffff;
+
+template <class T> Expected<DeviceMemory> uploaded(int device, const std::vector<T> &values) {
+  auto mem = DeviceMemory::allocate(device, std::max<size_t>(1, values.size()) * sizeof(T));
+  if (!mem)
+    return mem.takeError();
+  if (!values.empty())
+    if (Error e = mem->upload(values.data(), values.size() * sizeof(T)))
+      return e;
+  return mem;
+}
+
+Expected<const GpuDevice *> deviceInfo(int device) {
+  auto d = CudaDriver::get();
+  if (!d)
+    return d.error();
+  const auto &devices = (*d)->devices;
+  if (device < 0 || size_t(device) >= devices.size())
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("GPU id {} is out of range: valid ids are 0..{}", device, int(devices.size()) - 1));
+  return &devices[size_t(device)];
+}
+
+#if HSNN_HAS_NVPTX
+// Everything that changes the image: the tapes and kernel kinds, the PTX
+// generator, the architecture, and the device and driver it was assembled by.
+CacheKey moduleKey(const GpuModuleSpec &spec, const GpuBuildOptions &options, const std::string &arch,
+                   const GpuDevice &dev, const CudaDriver &d) {
+  CacheKeyBuilder k;
+  // Bump the format whenever the GPU kernels change the code they make.
+  k.add("format", "hsnn-gpu-module-2")
+      .add("hsnn", HSNN_VERSION)
+      .add("generator", ptxGeneratorId())
+      .add("arch", arch)
+      .add("compute-capability", fmt::format("{}.{}", dev.ccMajor, dev.ccMinor))
+      .add("driver", uint64_t(d.driverVersion))
+      .add("image", d.cuLinkCreate ? "cubin" : "ptx")
+      .add("opt", uint64_t(options.optLevel))
+      .add("fast-math", uint64_t(options.fastMath));
+  for (const GpuLayerKernel &l : spec.layers) {
+    k.add("layer", l.symbol).add("kind", kindName(l.kind)).add("dtype", to_string(l.dtype));
+    k.add("layout", to_string(l.layout));
+    for (const Program *p : l.units)
+      k.add("unit", p->fingerprint());
+  }
+  for (const KernelRequest &r : spec.losses)
+    k.add("loss", r.symbol).add("kind", kindName(r.kind)).add("dtype", to_string(r.dtype)).add("tape", r.program->fingerprint());
+  return k.add("sum", spec.sumKernel).finish();
+}
+#endif
+
+// What both GPU engines hold: the module spec, the loaded image and its
+// element type. Constants are not here: each run passes its ParamSet's.
+class GpuCode {
+public:
+  virtual ~GpuCode() = default;
+  int device() const { return module_->device(); }
+
+protected:
+  /// Builds (or loads from the cache) the module for `device`.
+  Error init(int device, DType dtype, GpuBuildOptions options, GpuModuleSpec spec, std::vector<std::string> kernels,
+             CompileInfo *info) {
+    options_ = std::move(options);
+    spec_ = std::move(spec);
+    kernels_ = std::move(kernels);
+    dtype_ = dtype;
+    return build(device, info);
+  }
+  /// The same code as `from` on `device`: its image reloaded when the
+  /// compute capability is the same, else rebuilt (or taken from the cache).
+  Error initFrom(const GpuCode &from, int device, CompileInfo *info) {
+    options_ = from.options_;
+    spec_ = from.spec_;
+    kernels_ = from.kernels_;
+    dtype_ = from.dtype_;
+    auto dev = deviceInfo(device);
+    if (!dev)
+      return dev.takeError();
+    if ((*dev)->ccMajor != from.ccMajor_ || (*dev)->ccMinor != from.ccMinor_)
+      return build(device, info);
+    auto m = GpuModule::load(device, from.image_, kernels_);
+    if (!m)
+      return m.takeError();
+    module_ = std::move(*m);
+    image_ = from.image_;
+    ccMajor_ = from.ccMajor_, ccMinor_ = from.ccMinor_;
+    return Error::success();
+  }
+  Error build(int device, CompileInfo *info);
+
+  GpuBuildOptions options_;
+  GpuModuleSpec spec_;
+  std::vector<std::string> kernels_;
+  std::vector<char> image_; ///< cubin, or PTX where the driver has no linker
+  int ccMajor_ = 0, ccMinor_ = 0;
+  std::shared_ptr<GpuModule> module_;
+  DType dtype_ = DType::F32;
+};
+
+// A layer's kernels for a set of activation kinds (forward + backward, or
+// fused) in one module; kernel i of the module is kinds[i].
+class GpuActivation : public GpuCode {
+public:
+  static Expected<std::unique_ptr<GpuActivation>> create(const CompiledModel &model, int device,
+                                                         const GpuBuildOptions &options,
+                                                         std::vector<KernelKind> kinds, CompileInfo *info) {
+    GpuModuleSpec spec;
+    std::vector<std::string> names;
+    Layout layout = model.options.layout;
+    for (KernelKind k : kinds) {
+      GpuLayerKernel kernel{fmt::format("hsnn_layer_{}{}", kindName(k), layout == Layout::BatchMajor ? "_batch_major" : ""),
+                            k, model.options.dtype, layout, {}};
+      for (const CodeUnit &u : model.units)
+        kernel.units.push_back(u.programs[size_t(k)]);
+      names.push_back(kernel.symbol);
+      spec.layers.push_back(std::move(kernel));
+    }
+    auto g = std::make_unique<GpuActivation>();
+    g->kinds_ = std::move(kinds);
+    g->layout_ = layout;
+    g->nodes_ = model.numNodes();
+    if (Error e = g->init(device, model.options.dtype, options, std::move(spec), std::move(names), info))
+      return e;
+    if (Error e = g->uploadTables(model))
+      return e;
+    return g;
+  }
+
+  Expected<std::unique_ptr<GpuActivation>> moveTo(const CompiledModel &model, int device, CompileInfo *info) const {
+    auto g = std::make_unique<GpuActivation>();
+    g->kinds_ = kinds_;
+    g->layout_ = layout_;
+    g->nodes_ = nodes_;
+    if (Error e = g->initFrom(*this, device, info))
+      return e;
+    if (Error e = g->uploadTables(model))
+      return e;
+    return g;
+  }
+
+  /// Device pointers (0 when unused).
+  Error run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1, size_t batch,
+            CUdeviceptr params) const;
+  /// Host pointers: copied to the device and back (slower).
+  Error runHost(KernelKind kind, const void *z, const void *err, void *out0, void *out1, size_t batch,
+                CUdeviceptr params) const;
+
+private:
+  Error uploadTables(const CompiledModel &model) {
+    int dev = device();
+    auto units = uploaded(dev, model.unitOf);
+    if (!units)
+      return units.takeError();
+    auto offsets = uploaded(dev, model.offsets);
+    if (!offsets)
+      return offsets.takeError();
+    unitTable_ = std::move(*units);
+    offsetTable_ = std::move(*offsets);
+    return Error::success();
+  }
+
+  std::vector<KernelKind> kinds_;
+  Layout layout_ = Layout::NodesMajor;
+  size_t nodes_ = 0;
+  DeviceMemory unitTable_, offsetTable_;
+  // Device copies of host arrays for runHost; host-pointer runs take turns.
+  mutable std::mutex hostMutex_;
+  mutable DeviceScratch hostScratch_;
+};
+
+// A loss's kernels: module kernel i is kLossKinds[i], then the kernel that
+// adds the per-warp partial sums.
+class GpuLoss : public GpuCode {
+public:
+  static Expected<std::unique_ptr<GpuLoss>> create(const CompiledModel &model, int device,
+                                                   const GpuBuildOptions &options, CompileInfo *info) {
+    GpuModuleSpec spec;
+    std::vector<std::string> names;
+    for (KernelKind k : kLossKinds) {
+      spec.losses.push_back({fmt::format("hsnn_{}", kindName(k)), model.units[0].programs[size_t(k)], k,
+                             model.options.dtype});
+      names.push_back(spec.losses.back().symbol);
+    }
+    spec.sumKernel = "hsnn_loss_add_partials";
+    names.push_back(spec.sumKernel);
+    auto g = std::make_unique<GpuLoss>();
+    if (Error e = g->init(device, model.options.dtype, options, std::move(spec), std::move(names), info))
+      return e;
+    return g;
+  }
+
+  Expected<std::unique_ptr<GpuLoss>> moveTo(int device, CompileInfo *info) const {
+    auto g = std::make_unique<GpuLoss>();
+    if (Error e = g->initFrom(*this, device, info))
+      return e;
+    return g;
+  }
+
+  /// Returns the sum of the losses for the summing kinds (deterministic:
+  /// see KernelSpec.h). Device pointers; out may be 0 for LossSum.
+  Expected<double> run(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
+                       CUdeviceptr params) const {
+    std::lock_guard lock(scratchMutex_);
+    return runLocked(kind, yp, yt, out, scale, n, params);
+  }
+  /// The same on host arrays (copied to the device and back).
+  Expected<double> runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
+                           CUdeviceptr params) const;
+
+private:
+  Expected<double> runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
+                             CUdeviceptr params) const;
+  static constexpr size_t kSumKernel = kLossKinds.size();
+  // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
+  // one loss take turns.
+  mutable std::mutex scratchMutex_;
+  mutable DeviceScratch scratch_;
+};
+
+} // namespace
+
+Error GpuCode::build(int device, CompileInfo *info) {
+#if HSNN_HAS_NVPTX
+  auto dev = deviceInfo(device);
+  if (!dev)
+    return dev.takeError();
+  const CudaDriver &driver = **CudaDriver::get();
+  auto arch = ptxArchFor((*dev)->ccMajor, (*dev)->ccMinor);
+  if (!arch)
+    return arch.takeError();
+  CacheKey key = moduleKey(spec_, options_, *arch, **dev, driver);
+  std::optional<ObjectCache> cache = ObjectCache::open(options_.cache);
+  if (cache)
+    if (auto image = cache->load(CacheCategory::Gpu, key)) {
+      auto t = Clock::now();
+      // An entry that verifies but does not load (a driver update the key
+      // did not see, say) is rebuilt like any other miss.
+      if (auto m = GpuModule::load(device, *image, kernels_)) {
+        module_ = std::move(*m);
+        image_ = std::move(*image);
+        if (info) {
+          info->cacheHit = true;
+          info->loadMs = msSince(t);
+          info->objectBytes = image_.size();
+        }
+        ccMajor_ = (*dev)->ccMajor, ccMinor_ = (*dev)->ccMinor;
+        return Error::success();
+      }
+    }
+
+  CompileStats stats;
+  auto ptx = compilePtx(spec_, {.arch = *arch, .optLevel = options_.optLevel, .fastMath = options_.fastMath}, &stats);
+  if (!ptx)
+    return ptx.takeError();
+  int isa = ptxIsaVersion(*ptx), supported = maxPtxIsa(driver.driverVersion);
+  if (isa > supported)
+    return Error(ErrorCode::Unsupported,
+                 fmt::format("the CUDA driver ({}, CUDA {}) loads PTX ISA up to {}.{}, but code for {} needs {}.{}: "
+                             "update the NVIDIA driver",
+                             driver.library, driverVersionString(driver.driverVersion), supported / 10, supported % 10,
+                             *arch, isa / 10, isa % 10));
+  auto t = Clock::now();
+  std::vector<char> image;
+  if (driver.cuLinkCreate) {
+    auto cubin = linkPtx(device, *ptx);
+    if (!cubin)
+      return cubin.takeError();
+    image = std::move(*cubin);
+  } else {
+    image.assign(ptx->begin(), ptx->end());
+  }
+  auto m = GpuModule::load(device, image, kernels_);
+  if (!m)
+    return m.takeError();
+  if (info) {
+    info->cacheHit = false;
+    info->emitMs = stats.emitMs;
+    info->optimizeMs = stats.optimizeMs;
+    info->codegenMs = stats.codegenMs;
+    info->loadMs = msSince(t);
+    info->objectBytes = image.size();
+  }
+  if (cache)
+    cache->store(CacheCategory::Gpu, key, image);
+  module_ = std::move(*m);
+  image_ = std::move(image);
+  ccMajor_ = (*dev)->ccMajor, ccMinor_ = (*dev)->ccMinor;
+  return Error::success();
+#else
+  (void)device, (void)info;
+  return Error(ErrorCode::Unsupported, "this build has no NVPTX code generator (HSNN_ENABLE_JIT=OFF)");
+#endif
+}
+
+Error GpuActivation::run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1,
+                         size_t batch, CUdeviceptr prm) const {
+  uint64_t nodes = nodes_;
+  if (!batch || !nodes)
+    return Error::success();
+  size_t k = size_t(std::find(kinds_.begin(), kinds_.end(), kind) - kinds_.begin());
+  uint64_t block = module_->blockSize(k), full = module_->fullGrid(k);
+  CUdeviceptr units = unitTable_.get(), offs = offsetTable_.get();
+  int64_t b64 = int64_t(batch), n64 = int64_t(nodes), first = 0;
+  void *args[] = {&z, &err, &out0, &out1, &prm, &units, &offs, &b64, &n64, &first};
+  if (layout_ == Layout::NodesMajor) {
+    // grid.y walks the nodes (65535 per launch); x fills the device.
+    for (uint64_t f = 0; f < nodes; f += kMaxGridY) {
+      uint64_t chunk = std::min<uint64_t>(kMaxGridY, nodes - f);
+      uint64_t gx = std::clamp<uint64_t>((full + chunk - 1) / chunk, 1, (batch + block - 1) / block);
+      first = int64_t(f);
+      if (Error e = module_->launch(k, args, unsigned(std::min(gx, kMaxGridX)), unsigned(chunk), unsigned(block)))
+        return e;
+    }
+  } else {
+    uint64_t total = uint64_t(batch) * nodes;
+    uint64_t gx = std::clamp<uint64_t>((total + block - 1) / block, 1, full);
+    if (Error e = module_->launch(k, args, unsigned(gx), 1, unsigned(block)))
+      return e;
+  }
+  return module_->synchronize();
+}
+
+Error GpuActivation::runHost(KernelKind kind, const void *z, const void *err, void *out0, void *out1, size_t batch,
+                             CUdeviceptr params) const {
+  size_t bytes = nodes_ * batch * elementSize(dtype_);
+  if (!bytes)
+    return Error::success();
+  int dev = device();
+  std::lock_guard lock(hostMutex_);
+  CUdeviceptr d[4] = {0, 0, 0, 0};
+  const void *inputs[2] = {z, err};
+  for (size_t slot = 0; slot < 4; ++slot) {
+    if (slot == 1 && !err)
+      continue;
+    if (slot == 3 && !out1)
+      continue;
+    auto p = hostScratch_.get(dev, slot, bytes);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  for (size_t slot = 0; slot < 2; ++slot)
+    if (inputs[slot])
+      if (Error e = copyToDevice(dev, d[slot], inputs[slot], bytes))
+        return e;
+  if (Error e = run(kind, d[0], d[1], d[2], d[3], batch, params))
+    return e;
+  void *outputs[2] = {out0, out1};
+  for (size_t k = 0; k < 2; ++k)
+    if (outputs[k])
+      if (Error e = copyToHost(dev, outputs[k], d[2 + k], bytes))
+        return e;
+  return Error::success();
+}
+
+Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale,
+                                    size_t n, CUdeviceptr prm) const {
+  if (n == 0)
+    return 0.0;
+  size_t k = groupIndex(kind);
+  uint64_t block = module_->blockSize(k);
+  uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(k));
+  int64_t warps = int64_t(grid * block / kWarp);
+  auto scratch = scratch_.get(device(), 0, (size_t(warps) + 1) * sizeof(double)); // partials, then the total
+  if (!scratch)
+    return scratch.takeError();
+  CUdeviceptr partials = *scratch, total = partials + size_t(warps) * sizeof(double);
+  int64_t count = int64_t(n);
+  float scale32 = float(scale);
+  void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
+  if (Error e = module_->launch(k, args, unsigned(grid), 1, unsigned(block)))
+    return e;
+  if (!kindInfo(kind).summing) {
+    if (Error e = module_->synchronize())
+      return e;
+    return 0.0;
+  }
+  void *sumArgs[] = {&partials, &warps, &total};
+  if (Error e = module_->launch(kSumKernel, sumArgs, 1, 1, kWarp))
+    return e;
+  double result = 0;
+  // A synchronous copy on the default stream: it waits for both kernels.
+  if (Error e = copyToHost(device(), &result, total, sizeof result))
+    return e;
+  return result;
+}
+
+Expected<double> GpuLoss::runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
+                                  CUdeviceptr params) const {
+  size_t bytes = n * elementSize(dtype_);
+  if (!bytes)
+    return 0.0;
+  int dev = device();
+  std::lock_guard lock(scratchMutex_);
+  CUdeviceptr d[3];
+  for (size_t slot = 0; slot < 3; ++slot) {
+    auto p = scratch_.get(dev, slot + 1, bytes);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  if (Error e = copyToDevice(dev, d[0], yp, bytes))
+    return e;
+  if (Error e = copyToDevice(dev, d[1], yt, bytes))
+    return e;
+  auto sum = runLocked(kind, d[0], d[1], d[2], scale, n, params);
+  if (!sum)
+    return sum;
+  if (kindInfo(kind).outputs && out)
+    if (Error e = copyToHost(dev, out, d[2], bytes))
+      return e;
+  return sum;
+}
+
+namespace {
+
+// Constants in device memory, made once per set of values.
+struct GpuParamSet final : ParamSet {
+  DeviceMemory device;
+};
+
+class GpuEngine final : public Engine {
+public:
+  GpuEngine(std::shared_ptr<const CompiledModel> m, GpuBuildOptions options) : Engine(std::move(m)), options_(options) {}
+
+  Method method() const override { return Method::Cuda; }
+  int gpuId() const override { return device_; }
+
+  Error init(int device, CompileInfo &info) {
+    device_ = device;
+    if (model().isLoss) {
+      auto l = GpuLoss::create(model(), device, options_, &info);
+      if (!l)
+        return l.takeError();
+      loss_ = std::move(*l);
+      return Error::success();
+    }
+    auto a = GpuActivation::create(model(), device, options_, {KernelKind::Forward, KernelKind::Backward}, &info);
+    if (!a)
+      return a.takeError();
+    layer_ = std::move(*a);
+    return Error::success();
+  }
+
+  Expected<std::shared_ptr<const ParamSet>> makeParams(std::vector<double> values) const override {
+    auto p = std::make_shared<GpuParamSet>();
+    auto mem = uploaded(device_, values);
+    if (!mem)
+      return mem.takeError();
+    p->device = std::move(*mem);
+    p->values = std::move(values);
+    return std::shared_ptr<const ParamSet>(std::move(p));
+  }
+
+  Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
+    const GpuActivation *code = layer_.get();
+    if (kind == KernelKind::Fused) {
+      code = fused();
+      if (!code)
+        return fusedError_;
+    }
+    CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
+    if (!a.onDevice)
+      return code->runHost(kind, a.z, a.err, a.out0, a.out1, a.batch, prm);
+    return code->run(kind, ptr(a.z), ptr(a.err), ptr(a.out0), ptr(a.out1), a.batch, prm);
+  }
+
+  Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
+    CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
+    if (!a.onDevice)
+      return loss_->runHost(kind, a.yPred, a.yTrue, a.out, a.scale, a.n, prm);
+    return loss_->run(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm);
+  }
+
+  Expected<std::shared_ptr<const Engine>> moveTo(int device, CompileInfo *info) const override {
+    auto g = std::make_shared<GpuEngine>(model_, options_);
+    g->device_ = device;
+    if (loss_) {
+      auto l = loss_->moveTo(device, info);
+      if (!l)
+        return l.takeError();
+      g->loss_ = std::move(*l);
+    } else {
+      auto a = layer_->moveTo(model(), device, info);
+      if (!a)
+        return a.takeError();
+      g->layer_ = std::move(*a);
+    }
+    return std::shared_ptr<const Engine>(std::move(g));
+  }
+
+private:
+  static CUdeviceptr ptr(const void *p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+  // The fused kernel's own module, built once on first use.
+  const GpuActivation *fused() const {
+    std::lock_guard lock(fusedMutex_);
+    if (!fused_ && !fusedError_) {
+      auto f = GpuActivation::create(model(), device_, options_, {KernelKind::Fused}, nullptr);
+      if (f)
+        fused_ = std::move(*f);
+      else
+        fusedError_ = f.takeError();
+    }
+    return fused_.get();
+  }
+
+  GpuBuildOptions options_;
+  int device_ = 0;
+  std::unique_ptr<GpuActivation> layer_;
+  std::unique_ptr<GpuLoss> loss_;
+  mutable std::mutex fusedMutex_;
+  mutable std::unique_ptr<GpuActivation> fused_;
+  mutable Error fusedError_;
+};
+
+} // namespace
+
+Expected<std::shared_ptr<const Engine>> makeGpuEngine(std::shared_ptr<const CompiledModel> model, int device,
+                                                      const GpuBuildOptions &options, CompileInfo &info) {
+  auto g = std::make_shared<GpuEngine>(std::move(model), options);
+  if (Error e = g->init(device, info))
+    return e;
+  return std::shared_ptr<const Engine>(std::move(g));
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,150 @@
+//===- lib/Model/CompiledModel.cpp - Formulas to tapes, once per layer or loss ===//
+#include "CompiledModel.h"
+
+#include "Program/Stopwatch.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+#include <unordered_map>
+
+namespace hsnn::detail {
+namespace {
+
+bool readsVariable(const Program &p, Variable v) {
+  return std::any_of(p.code.begin(), p.code.end(), [v](const Instr &i) { return i.op == Op::Var && i.var == v; });
+}
+
+// Lowers the tapes of every kind of the group's mode: each kind evaluates
+// the roots its .def row names, value first.
+void lowerGroup(FormulaGroup &g, std::span<const KernelKind> kinds) {
+  for (KernelKind k : kinds) {
+    std::vector<Expr> roots;
+    if (kindInfo(k).value)
+      roots.push_back(g.formula.expr);
+    if (kindInfo(k).derivative)
+      roots.push_back(g.derivative);
+    g.programs[size_t(k)] = Program::lower(roots, g.formula.constants);
+  }
+}
+
+void addWarnings(std::vector<Diagnostic> &unused, std::vector<std::string> &warnings) {
+  for (Diagnostic &d : unused) {
+    d.warning = true;
+    d.formula.clear(); // the cause is the constant, not a place in the text
+    warnings.push_back(d.render() + " (ignored)");
+  }
+  unused.clear();
+}
+
+} // namespace
+
+void CompiledModel::planUnits() {
+  std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> index;
+  for (size_t n = 0; n < nodeGroup.size(); ++n) {
+    uint32_t g = nodeGroup[n];
+    std::vector<double> values;
+    if (options.bakeConstants) {
+      auto first = defaultParams.begin() + std::ptrdiff_t(offsets[n]);
+      values.assign(first, first + std::ptrdiff_t(groups[g].formula.constants.size()));
+    }
+    auto [it, fresh] = index.try_emplace({g, values}, uint32_t(units.size()));
+    if (fresh) {
+      CodeUnit u;
+      for (KernelKind k : kinds()) {
+        const Program &p = groups[g].programs[size_t(k)];
+        u.programs[size_t(k)] = options.bakeConstants ? &baked_.emplace_back(p.withConstants(values.data())) : &p;
+      }
+      units.push_back(u);
+    }
+    unitOf.push_back(it->second);
+  }
+}
+
+Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const std::vector<NodeSpec> &nodes,
+                                                                         const ModelOptions &options,
+                                                                         std::vector<std::string> &warnings) {
+  if (nodes.empty())
+    return Error(ErrorCode::InvalidArgument, "a layer needs at least one node");
+  auto m = std::make_shared<CompiledModel>();
+  m->options = options;
+  m->ctx = std::make_shared<ExprContext>();
+  auto t0 = Clock::now();
+  std::vector<Diagnostic> diags, unused;
+  std::unordered_map<Expr, uint32_t> groupOf;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto parsed = parseFormulaDetailed(*m->ctx, nodes[i].formula, {FormulaMode::Activation, int(i)});
+    if (auto *d = std::get_if<Diagnostic>(&parsed)) {
+      diags.push_back(std::move(*d));
+      continue;
+    }
+    Formula &f = std::get<Formula>(parsed);
+    auto bound = bindConstants(f, nodes[i].constants, int(i), options.strict ? nullptr : &unused);
+    if (auto *d = std::get_if<Diagnostic>(&bound)) {
+      diags.push_back(std::move(*d));
+      continue;
+    }
+    addWarnings(unused, warnings);
+    auto [it, fresh] = groupOf.try_emplace(f.expr, uint32_t(m->groups.size()));
+    if (fresh)
+      m->groups.push_back({std::move(f), nullptr, {}});
+    m->nodeGroup.push_back(it->second);
+    m->offsets.push_back(m->defaultParams.size());
+    auto &values = std::get<std::vector<double>>(bound);
+    m->defaultParams.insert(m->defaultParams.end(), values.begin(), values.end());
+  }
+  if (!diags.empty())
+    return toError(diags);
+  m->parseMs = msSince(t0);
+
+  auto t1 = Clock::now();
+  std::vector<bool> constantGroup;
+  for (FormulaGroup &g : m->groups) {
+    g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::Num);
+    lowerGroup(g, kActivationKinds);
+    constantGroup.push_back(!readsVariable(g.programs[size_t(KernelKind::Forward)], Variable::Num));
+  }
+  for (size_t n = 0; n < m->nodeGroup.size(); ++n)
+    if (constantGroup[m->nodeGroup[n]])
+      warnings.push_back(fmt::format("node {}: warning: formula '{}' does not use its input (num, x or z); its output "
+                                     "is the same for every input and its derivative is 0",
+                                     n, m->group(n).formula.text));
+  m->planUnits();
+  m->diffMs = msSince(t1);
+  return std::shared_ptr<const CompiledModel>(std::move(m));
+}
+
+Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_view text,
+                                                                   const std::map<std::string, double> &constants,
+                                                                   const ModelOptions &options,
+                                                                   std::vector<std::string> &warnings) {
+  auto m = std::make_shared<CompiledModel>();
+  m->isLoss = true;
+  m->options = options;
+  m->ctx = std::make_shared<ExprContext>();
+  auto t0 = Clock::now();
+  auto parsed = parseFormulaDetailed(*m->ctx, text, {FormulaMode::Loss});
+  if (auto *d = std::get_if<Diagnostic>(&parsed))
+    return toError({*d});
+  std::vector<Diagnostic> unused;
+  Formula &f = std::get<Formula>(parsed);
+  auto bound = bindConstants(f, constants, -1, options.strict ? nullptr : &unused);
+  if (auto *d = std::get_if<Diagnostic>(&bound))
+    return toError({*d});
+  addWarnings(unused, warnings);
+  m->defaultParams = std::get<std::vector<double>>(std::move(bound));
+  m->groups.push_back({std::move(f), nullptr, {}});
+  m->nodeGroup = {0};
+  m->offsets = {0};
+  m->parseMs = msSince(t0);
+
+  auto t1 = Clock::now();
+  FormulaGroup &g = m->groups.front();
+  g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::YPred);
+  lowerGroup(g, kLossKinds);
+  m->planUnits();
+  m->diffMs = msSince(t1);
+  return std::shared_ptr<const CompiledModel>(std::move(m));
+}
+
+} // namespace hsnn::detail

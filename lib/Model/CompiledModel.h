@@ -1,0 +1,85 @@
+//===- lib/Model/CompiledModel.h - What compile() builds, engine-independent -*- C++ -*-===//
+//
+// The LLVM-free result of the front end for one layer or loss: its distinct
+// formulas with their derivatives, a tape per kernel kind, the code units
+// engines make one kernel set for, and the default constants with their
+// per-node offsets. Built once, immutable after; ActivationLayer, Loss, every
+// engine and ahead-of-time compilation read it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Program/KernelKind.h"
+#include "Program/Program.h"
+
+#include "hsnn/Formula.h"
+#include "hsnn/Layer.h"
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hsnn::detail {
+
+struct ModelOptions {
+  DType dtype = DType::F32;
+  Layout layout = Layout::NodesMajor; ///< Activations only.
+  /// Units per distinct (formula, constant values) with the values as literals.
+  bool bakeConstants = false;
+  /// Rules users may relax turn into errors (a constant given but unused).
+  bool strict = false;
+};
+
+/// One distinct formula after simplification, with a tape per kernel kind
+/// of its mode (the other mode's entries stay empty).
+struct FormulaGroup {
+  Formula formula;
+  Expr derivative = nullptr;
+  std::array<Program, kNumKernelKinds> programs;
+};
+
+/// What an engine generates one kernel set for: a distinct formula, or with
+/// baked constants a distinct (formula, values) pair.
+struct CodeUnit {
+  std::array<const Program *, kNumKernelKinds> programs{};
+};
+
+struct CompiledModel {
+  /// Parses, simplifies and differentiates every node; the errors of all
+  /// nodes come back together. Warnings (unused constants, a formula that
+  /// ignores its input) are appended to `warnings`.
+  static Expected<std::shared_ptr<const CompiledModel>> activation(const std::vector<NodeSpec> &nodes,
+                                                                   const ModelOptions &options,
+                                                                   std::vector<std::string> &warnings);
+  static Expected<std::shared_ptr<const CompiledModel>> loss(std::string_view formula,
+                                                             const std::map<std::string, double> &constants,
+                                                             const ModelOptions &options,
+                                                             std::vector<std::string> &warnings);
+
+  bool isLoss = false;
+  ModelOptions options;
+  std::shared_ptr<ExprContext> ctx;
+  std::deque<FormulaGroup> groups; ///< deque: units point into it
+  std::vector<uint32_t> nodeGroup; ///< A loss has one node.
+  std::vector<double> defaultParams;
+  std::vector<uint64_t> offsets; ///< Per node, into the params.
+  std::vector<CodeUnit> units;
+  std::vector<uint32_t> unitOf; ///< Per node.
+  double parseMs = 0, diffMs = 0;
+
+  size_t numNodes() const { return nodeGroup.size(); }
+  const FormulaGroup &group(size_t node) const { return groups[nodeGroup[node]]; }
+  const std::vector<std::string> &constantNames(size_t node) const { return group(node).formula.constants; }
+  /// The kinds of this model's mode, in .def order.
+  std::span<const KernelKind> kinds() const {
+    return isLoss ? std::span<const KernelKind>(kLossKinds) : std::span<const KernelKind>(kActivationKinds);
+  }
+
+private:
+  void planUnits();
+  std::deque<Program> baked_; ///< Tapes with constants as literals (bakeConstants).
+};
+
+} // namespace hsnn::detail

@@ -1,0 +1,305 @@
+//===- lib/Runtime/LayerState.cpp - Engines, constants and argument checks ===//
+#include "LayerState.h"
+
+#include "CPU/HostJitEngine.h"
+#include "CUDA/GpuEngine.h"
+#include "Warn.h"
+
+#include "hsnn/Runtime.h"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+namespace hsnn::detail {
+namespace {
+
+size_t elementSize(DType d) { return d == DType::F32 ? 4 : 8; }
+
+// One array of a call, by name, for the checks.
+struct View {
+  const char *name;
+  const void *data;
+  size_t bytes;
+  bool output;
+};
+
+// An output may be an input itself (in place) or apart from every other
+// array; two outputs may not share memory, and nothing may partly overlap.
+Error checkOverlap(std::initializer_list<View> views) {
+  for (auto a = views.begin(); a != views.end(); ++a)
+    for (auto b = a + 1; b != views.end(); ++b) {
+      if (!a->bytes || !b->bytes || (!a->output && !b->output))
+        continue;
+      auto pa = reinterpret_cast<uintptr_t>(a->data), pb = reinterpret_cast<uintptr_t>(b->data);
+      bool apart = pa + a->bytes <= pb || pb + b->bytes <= pa;
+      if (apart)
+        continue;
+      if (pa == pb && a->bytes == b->bytes && !(a->output && b->output))
+        continue; // in place
+      return Error(ErrorCode::InvalidArgument,
+                   a->output && b->output
+                       ? fmt::format("'{}' and '{}' are both outputs and share memory", a->name, b->name)
+                       : fmt::format("'{}' and '{}' partially overlap; pass the same array (in place) or separate ones",
+                                     a->name, b->name));
+    }
+  return Error::success();
+}
+
+Error wrongSize(const char *name, size_t got, size_t want, const std::string &why) {
+  return Error(ErrorCode::InvalidArgument, fmt::format("'{}' holds {} elements; {} needs exactly {}", name, got, why, want));
+}
+
+std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("cuda:{}", e.gpuId()) : "cpu"; }
+
+CacheConfig cacheConfig() {
+  RuntimeFlags flags = runtimeFlags();
+  return {flags.useKernelCache, kernelCacheDir(), [](std::string_view m) { warn(m); }};
+}
+
+template <class T> constexpr DType dtypeOf() { return std::is_same_v<T, float> ? DType::F32 : DType::F64; }
+
+} // namespace
+
+Error movedFrom(const char *what) {
+  return Error(ErrorCode::InvalidArgument, fmt::format("this {} was moved from; use the object it was moved to", what));
+}
+
+Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const CompiledModel> model,
+                                                         const EngineRequest &request, Reduction reduction) {
+  auto s = std::make_unique<LayerState>();
+  s->what = model->isLoss ? "loss" : "layer";
+  s->model_ = model;
+  s->request = request;
+  s->reduction = reduction;
+  if (Error e = s->guard.configure(request.threads))
+    return e;
+  auto method = checkedMethod(request.method, request.optLevel, request.gpuId);
+  if (!method)
+    return method.takeError();
+  s->info.parseMs = model->parseMs;
+  s->info.diffMs = model->diffMs;
+
+  std::shared_ptr<const Engine> engine;
+  auto keep = [&](Expected<std::shared_ptr<const Engine>> e) -> Error {
+    if (!e)
+      return e.takeError();
+    engine = std::move(*e);
+    return Error::success();
+  };
+  auto used = compileForMethod(
+      *method,
+      [&] {
+        return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, s->info));
+      },
+      [&] {
+        return keep(makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed}, s->info));
+      });
+  if (!used)
+    return used.takeError();
+  if (*used == Method::CpuInterp)
+    engine = makeInterpreterEngine(model);
+  s->info.method = *used;
+  auto params = engine->makeParams(model->defaultParams);
+  if (!params)
+    return params.takeError();
+  s->current_ = {std::move(engine), std::move(*params)};
+  return s;
+}
+
+LayerState::LayerState(const LayerState &o)
+    : model_(o.model_), what(o.what), request(o.request), reduction(o.reduction), info(o.info), guard(o.guard),
+      current_(o.current()) {}
+
+Error LayerState::setParam(size_t index, double value, std::string_view name) {
+  if (!std::isfinite(value))
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} must be finite, got {}", name, value));
+  std::lock_guard write(writeMutex_);
+  Current c = current();
+  if (request.bakeConstants && c.engine->method() != Method::CpuInterp)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("constants are baked into this {0}'s code (bakeConstants); compile a new {0} to change them",
+                             what));
+  std::vector<double> values = c.params->values;
+  values[index] = value;
+  auto params = c.engine->makeParams(std::move(values));
+  if (!params)
+    return params.takeError();
+  std::lock_guard lock(mutex_);
+  current_.params = std::move(*params);
+  return Error::success();
+}
+
+Error LayerState::moveTo(int id) {
+  if (Error e = checkGpuId(Method::Cuda, id))
+    return e;
+  std::lock_guard write(writeMutex_);
+  Current c = current();
+  if (c.engine->gpuId() < 0)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("this {} runs on the CPU ({}); compile it with method cuda to run it on a GPU", what,
+                             to_string(info.method)));
+  if (c.engine->gpuId() == id)
+    return Error::success();
+  auto engine = c.engine->moveTo(id, &info);
+  if (!engine)
+    return engine.takeError();
+  auto params = (*engine)->makeParams(c.params->values);
+  if (!params)
+    return params.takeError();
+  std::lock_guard lock(mutex_);
+  current_ = {std::move(*engine), std::move(*params)};
+  return Error::success();
+}
+
+Error LayerState::checkedRunActivation(KernelKind kind, const ActivationArgs &args) const {
+  Current c = current();
+  return guard.run([&] { return c.engine->runActivation(kind, args, *c.params); });
+}
+
+template <class T>
+Error LayerState::runActivation(KernelKind kind, std::span<const T> z, std::span<const T> err, std::span<T> out0,
+                                std::span<T> out1, size_t batch) const {
+  const CompiledModel &m = model();
+  if (m.options.dtype != dtypeOf<T>())
+    return Error(ErrorCode::InvalidArgument, fmt::format("layer was compiled for {}, called with {} arrays",
+                                                         to_string(m.options.dtype), to_string(dtypeOf<T>())));
+  size_t nodes = m.numNodes();
+  if (batch && nodes > std::numeric_limits<size_t>::max() / sizeof(T) / batch)
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} nodes x batch {} overflows the address space", nodes, batch));
+  size_t n = nodes * batch;
+  std::string why = fmt::format("{} nodes x batch {}", nodes, batch);
+  const KernelKindInfo &k = kindInfo(kind);
+  const char *names[2][2] = {{"z", kind == KernelKind::Backward ? "err" : ""},
+                             {kind == KernelKind::Backward ? "delta" : "a", "dfdz"}};
+  if (z.size() != n)
+    return wrongSize(names[0][0], z.size(), n, why);
+  if (k.inputs > 1 && err.size() != n)
+    return wrongSize(names[0][1], err.size(), n, why);
+  if (out0.size() != n)
+    return wrongSize(names[1][0], out0.size(), n, why);
+  if (k.outputs > 1 && out1.size() != n)
+    return wrongSize(names[1][1], out1.size(), n, why);
+  if (Error e = checkOverlap({{names[0][0], z.data(), z.size_bytes(), false},
+                              {names[0][1], err.data(), err.size_bytes(), false},
+                              {names[1][0], out0.data(), out0.size_bytes(), true},
+                              {names[1][1], out1.data(), out1.size_bytes(), true}}))
+    return e;
+  if (n == 0)
+    return Error::success();
+  return checkedRunActivation(kind, {z.data(), k.inputs > 1 ? err.data() : nullptr, out0.data(),
+                                     k.outputs > 1 ? out1.data() : nullptr, batch, false});
+}
+
+Error LayerState::runActivation(KernelKind kind, const DeviceBuffer &z, const DeviceBuffer *err,
+                                const DeviceBuffer &out0, const DeviceBuffer *out1, size_t batch) const {
+  const CompiledModel &m = model();
+  size_t nodes = m.numNodes(), es = elementSize(m.options.dtype);
+  if (batch && nodes > std::numeric_limits<size_t>::max() / es / batch)
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} nodes x batch {} overflows the address space", nodes, batch));
+  size_t n = nodes * batch;
+  std::string where = memorySpace(*current().engine);
+  const char *names[4] = {"z", "err", kind == KernelKind::Backward ? "delta" : "a", "dfdz"};
+  const DeviceBuffer *bufs[4] = {&z, err, &out0, out1};
+  for (size_t i = 0; i < 4; ++i) {
+    const DeviceBuffer *b = bufs[i];
+    if (!b)
+      continue;
+    if (b->backend() != where)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer '{}' on backend {} given to a layer that runs on {}", names[i], b->backend(), where));
+    if (b->dtype() != m.options.dtype)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' holds {} elements; the layer runs on {}", names[i],
+                                                           to_string(b->dtype()), to_string(m.options.dtype)));
+    if (b->count() != n)
+      return wrongSize(names[i], b->count(), n, fmt::format("{} nodes x batch {}", nodes, batch));
+  }
+  auto view = [&](size_t i, bool output) {
+    return View{names[i], bufs[i] ? bufs[i]->data() : nullptr, bufs[i] ? bufs[i]->bytes() : 0, output};
+  };
+  if (Error e = checkOverlap({view(0, false), view(1, false), view(2, true), view(3, true)}))
+    return e;
+  if (n == 0)
+    return Error::success();
+  return checkedRunActivation(kind, {z.data(), err ? err->data() : nullptr, out0.data(), out1 ? out1->data() : nullptr,
+                                     batch, where != "cpu"});
+}
+
+Expected<double> LayerState::checkedRunLoss(KernelKind kind, LossArgs args) const {
+  const KernelKindInfo &k = kindInfo(kind);
+  if (k.summing && kind == KernelKind::LossSum && reduction == Reduction::None)
+    return Error(ErrorCode::InvalidArgument, "reduction is none: use forwardElements for per-element losses");
+  if (k.summing && reduction == Reduction::Mean && args.n == 0)
+    return Error(ErrorCode::InvalidArgument, "the mean of zero elements is undefined");
+  args.scale = k.scaled && reduction == Reduction::Mean ? 1.0 / double(args.n) : 1.0;
+  if (args.n == 0)
+    return 0.0;
+  Current c = current();
+  auto sum = guard.run([&] { return c.engine->runLoss(kind, args, *c.params); });
+  if (!sum || !k.summing)
+    return sum;
+  if (reduction == Reduction::None)
+    return 0.0; // fused with no reduction returns no loss
+  return reduction == Reduction::Mean ? *sum / double(args.n) : *sum;
+}
+
+template <class T>
+Expected<double> LayerState::runLoss(KernelKind kind, std::span<const T> yPred, std::span<const T> yTrue,
+                                     std::span<T> out) const {
+  DType want = model().options.dtype;
+  if (want != dtypeOf<T>())
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("loss was compiled for {}, called with {} arrays", to_string(want), to_string(dtypeOf<T>())));
+  size_t n = yPred.size();
+  const char *outName = kind == KernelKind::LossElements ? "out" : "grad";
+  std::string why = fmt::format("y_pred of {} elements", n);
+  if (yTrue.size() != n)
+    return wrongSize("y_true", yTrue.size(), n, why);
+  if (kindInfo(kind).outputs && out.size() != n)
+    return wrongSize(outName, out.size(), n, why);
+  if (Error e = checkOverlap({{"y_pred", yPred.data(), yPred.size_bytes(), false},
+                              {"y_true", yTrue.data(), yTrue.size_bytes(), false},
+                              {outName, out.data(), out.size_bytes(), true}}))
+    return e;
+  return checkedRunLoss(kind, {yPred.data(), yTrue.data(), kindInfo(kind).outputs ? out.data() : nullptr, n, 1, false});
+}
+
+Expected<double> LayerState::runLoss(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
+                                     const DeviceBuffer *out) const {
+  DType want = model().options.dtype;
+  std::string where = memorySpace(*current().engine);
+  size_t n = yPred.count();
+  const char *outName = kind == KernelKind::LossElements ? "out" : "grad";
+  const char *names[3] = {"y_pred", "y_true", outName};
+  const DeviceBuffer *bufs[3] = {&yPred, &yTrue, out};
+  for (size_t i = 0; i < 3; ++i) {
+    const DeviceBuffer *b = bufs[i];
+    if (!b)
+      continue;
+    if (b->backend() != where)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer '{}' on backend {} given to a loss that runs on {}", names[i], b->backend(), where));
+    if (b->dtype() != want)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' holds {} elements; the loss runs on {}", names[i],
+                                                           to_string(b->dtype()), to_string(want)));
+    if (b->count() != n)
+      return wrongSize(names[i], b->count(), n, fmt::format("y_pred of {} elements", n));
+  }
+  auto view = [&](size_t i, bool output) {
+    return View{names[i], bufs[i] ? bufs[i]->data() : nullptr, bufs[i] ? bufs[i]->bytes() : 0, output};
+  };
+  if (Error e = checkOverlap({view(0, false), view(1, false), view(2, true)}))
+    return e;
+  return checkedRunLoss(kind, {yPred.data(), yTrue.data(), out ? out->data() : nullptr, n, 1, where != "cpu"});
+}
+
+#define INSTANTIATE(T)                                                                                               \
+  template Error LayerState::runActivation<T>(KernelKind, std::span<const T>, std::span<const T>, std::span<T>,     \
+                                              std::span<T>, size_t) const;                                          \
+  template Expected<double> LayerState::runLoss<T>(KernelKind, std::span<const T>, std::span<const T>, std::span<T>) \
+      const;
+INSTANTIATE(float)
+INSTANTIATE(double)
+#undef INSTANTIATE
+
+} // namespace hsnn::detail

@@ -1,0 +1,97 @@
+//===- lib/Runtime/LayerState.h - What a layer or loss object holds -*- C++ -*-===//
+//
+// The facades' shared machinery: the compiled model and the engine (shared
+// by copies), this object's constants (its own), the fallback policy at
+// compile time, and the checks every call makes of its arrays before an
+// engine sees them.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Model/Engine.h"
+#include "RunGuard.h"
+
+#include "hsnn/Backend.h"
+#include "hsnn/Layer.h"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+
+namespace hsnn::detail {
+
+/// The options ActivationLayer and Loss have in common, read once.
+struct EngineRequest {
+  Method method = Method::Auto;
+  DType dtype = DType::F32;
+  unsigned threads = 0;
+  int optLevel = 3;
+  bool fastMath = false;
+  bool bakeConstants = false;
+  int gpuId = 0;
+  template <class Options> static EngineRequest from(const Options &o) {
+    return {o.method, o.dtype, o.threads, o.optLevel, o.fastMath, o.bakeConstants, o.gpuId};
+  }
+};
+
+struct LayerState {
+  /// The engine and the constants one call runs with. Replaced whole, never
+  /// changed in place, so a call that took them keeps a consistent pair.
+  struct Current {
+    std::shared_ptr<const Engine> engine;
+    std::shared_ptr<const ParamSet> params;
+  };
+
+  /// Builds the engine for `model` by the fallback policy (cuda > cpu_jit >
+  /// cpu_interp with warnings, errors in strict mode).
+  static Expected<std::unique_ptr<LayerState>> create(std::shared_ptr<const CompiledModel> model,
+                                                      const EngineRequest &request, Reduction reduction);
+  LayerState() = default;
+  LayerState(const LayerState &other);
+
+  Current current() const {
+    std::lock_guard lock(mutex_);
+    return current_;
+  }
+  const CompiledModel &model() const { return *model_; }
+
+  /// Sets the constant at params index `index` (`name` says which, for
+  /// errors); the next call sees it.
+  Error setParam(size_t index, double value, std::string_view name);
+  /// Moves this object's code to GPU `id`.
+  Error moveTo(int id);
+
+  /// Checks and runs an activation kernel on host arrays.
+  template <class T>
+  Error runActivation(KernelKind kind, std::span<const T> z, std::span<const T> err, std::span<T> out0,
+                      std::span<T> out1, size_t batch) const;
+  Error runActivation(KernelKind kind, const DeviceBuffer &z, const DeviceBuffer *err, const DeviceBuffer &out0,
+                      const DeviceBuffer *out1, size_t batch) const;
+  /// Checks and runs a loss kernel; returns the reduced loss where the kind sums.
+  template <class T>
+  Expected<double> runLoss(KernelKind kind, std::span<const T> yPred, std::span<const T> yTrue,
+                           std::span<T> out) const;
+  Expected<double> runLoss(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
+                           const DeviceBuffer *out) const;
+
+  std::shared_ptr<const CompiledModel> model_;
+  const char *what = "layer"; ///< "layer" or "loss", for messages
+  EngineRequest request;
+  Reduction reduction = Reduction::Mean;
+  CompileInfo info;
+  RunGuard guard;
+
+private:
+  Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
+  Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
+
+  mutable std::mutex mutex_;      // guards current_
+  mutable std::mutex writeMutex_; // orders writers (setParam, moveTo)
+  Current current_;
+};
+
+/// The name of a moved-from object's use, as an Error.
+Error movedFrom(const char *what);
+
+} // namespace hsnn::detail
