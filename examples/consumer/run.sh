@@ -9,5 +9,12 @@ cmake --install "$build" --prefix "$work/prefix" > /dev/null
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$work/build" > /dev/null
 HSNN_CACHE_DIR="$work/cache" "$work/build/consumer"
+# Results cannot be ignored: the file that drops three must fail, on each.
+if cmake --build "$work/build" --target ignored_result > "$work/ignored.log" 2>&1; then
+  echo "error: ignored_result.cpp compiled: hsnn results can be ignored"; exit 1
+fi
+n=$(grep -c "error: ignoring return" "$work/ignored.log" || true)
+[ "$n" -ge 3 ] || { echo "error: expected 3 ignored-result errors, got $n"; cat "$work/ignored.log"; exit 1; }
+echo "ignored results are errors: $n"
 test -x "$work/prefix/bin/hsnn-jit"
 "$work/prefix/bin/hsnn-jit" --version

@@ -65,10 +65,11 @@ void setRuntimeFlags(const RuntimeFlags &flags);
 
 /// Changes to some flags; the fields left empty keep their value.
 struct RuntimeFlagsOverride {
-  std::optional<bool> useKernelCache;
-  std::optional<bool> strict;
-  std::optional<unsigned> threads;
-  std::optional<std::string> cacheDir;
+  // Default initializers keep -Wextra quiet about the fields left out.
+  std::optional<bool> useKernelCache = {};
+  std::optional<bool> strict = {};
+  std::optional<unsigned> threads = {};
+  std::optional<std::string> cacheDir = {};
 
   /// Every field of `flags`.
   static RuntimeFlagsOverride from(const RuntimeFlags &flags) {

@@ -74,16 +74,18 @@ public:
     }
     if (r.e->isBool())
       fail(r.pos, r.end - r.pos, "the formula is a condition, not a number; use it inside Piecewise");
-    if (r.e->op() == Op::Param && opt_.mode == FormulaMode::Activation) {
+    if (r.e->op() == Op::Param) {
       // A formula that is one name close to a built-in (relu6, prelu,
-      // logsigmoid) is a mistyped built-in, not a constant activation.
+      // logsigmoid, hubr) is a mistyped built-in, not a constant.
       std::vector<std::string> names;
       for (const BuiltinInfo &b : builtins())
-        if (b.mode == FormulaMode::Activation)
+        if (b.mode == opt_.mode)
           names.emplace_back(b.name);
       const std::string &n = r.e->paramName();
       if (std::string near = detail::nearestName(n, names); !near.empty())
-        fail(r.pos, r.end - r.pos, fmt::format("'{}' is not a built-in activation; did you mean '{}'?", n, near));
+        fail(r.pos, r.end - r.pos,
+             fmt::format("'{}' is not a built-in {}; did you mean '{}'?", n,
+                         opt_.mode == FormulaMode::Loss ? "loss" : "activation", near));
     }
     if (opt_.mode == FormulaMode::Loss && !usesYPred_)
       fail(0, 0, "a loss formula must use y_pred (the derivative is taken with respect to it)");

@@ -191,6 +191,8 @@ WarningHandler setWarningHandler(WarningHandler handler) {
 }
 
 namespace detail {
+std::vector<std::string> environmentWarnings() { return state().envWarnings; }
+
 void warn(std::string_view message) {
   WarningHandler h;
   {

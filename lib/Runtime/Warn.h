@@ -4,11 +4,17 @@
 #include "hsnn/Error.h"
 #include "hsnn/Layer.h"
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace hsnn::detail {
 /// Sends a warning to the handler set with setWarningHandler.
 void warn(std::string_view message);
+
+/// The warnings about HSNN_* values that could not be read (given once,
+/// when the runtime first read the environment).
+std::vector<std::string> environmentWarnings();
 
 /// Applies the fallback policy to a failed JIT compile: an Error in strict
 /// mode, else a warning (the caller keeps the interpreter) and success.

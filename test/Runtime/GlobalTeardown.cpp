@@ -1,0 +1,50 @@
+//===- test/Runtime/GlobalTeardown.cpp - Layers and losses held in globals ===//
+//
+// Built and run by ctest (global_teardown) against the stand-in driver: the
+// globals below are destroyed after main returns, after the engine's own
+// statics; the process must exit 0 without a crash or an abort.
+//
+//===----------------------------------------------------------------------===//
+#include <hsnn/Layer.h>
+#include <hsnn/Runtime.h>
+
+#include <cstdio>
+#include <optional>
+#include <vector>
+
+namespace {
+std::optional<hsnn::ActivationLayer> gJitLayer, gInterpLayer, gGpuLayer;
+std::optional<hsnn::Loss> gJitLoss, gGpuLoss;
+
+template <class T> bool keep(std::optional<T> &slot, hsnn::Expected<T> made, const char *what) {
+  if (!made) {
+    std::fprintf(stderr, "%s: %s\n", what, made.error().message().c_str());
+    return false;
+  }
+  slot.emplace(std::move(*made));
+  return true;
+}
+} // namespace
+
+int main() {
+  using namespace hsnn;
+  std::vector<NodeSpec> nodes = {{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}};
+  bool ok = keep(gJitLayer, ActivationLayer::compile(nodes, {.method = Method::CpuJit}), "cpu_jit layer") &&
+            keep(gInterpLayer, ActivationLayer::compile(nodes, {.method = Method::CpuInterp}), "interp layer") &&
+            keep(gJitLoss, Loss::compile("huber", {}, {.method = Method::CpuJit}), "cpu_jit loss");
+  if (!ok)
+    return 1;
+  std::vector<float> z(2 * 8, 0.5f), a(z.size());
+  if (Error e = gJitLayer->forward(z, a, 8))
+    return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
+  // The cuda method where the (stand-in) driver has a GPU.
+  if (runtimeInfo().gpuEnabled) {
+    if (!keep(gGpuLayer, ActivationLayer::compile(nodes, {.method = Method::Cuda}), "cuda layer") ||
+        !keep(gGpuLoss, Loss::compile("mse", {}, {.method = Method::Cuda}), "cuda loss"))
+      return 1;
+    if (Error e = gGpuLayer->forward(z, a, 8))
+      return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
+  }
+  std::printf("teardown: ready (cuda %s)\n", runtimeInfo().gpuEnabled ? "on" : "off");
+  return 0;
+}
