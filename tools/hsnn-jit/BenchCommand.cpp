@@ -99,9 +99,17 @@ public:
 private:
   static constexpr DType kDType = std::is_same_v<T, float> ? DType::F32 : DType::F64;
 
-  // Times `kernel`, then the stream reference moving the same bytes.
-  void record(std::string workload, std::string variant, int readArrays, int writeArrays, const std::function<void()> &kernel) {
-    double ms = medianMs(o_.reps, kernel);
+  // Times `kernel`, then the stream reference moving the same bytes. The
+  // first error any timed call returns ends the benchmark with it.
+  std::optional<Error> record(std::string workload, std::string variant, int readArrays, int writeArrays,
+                              const std::function<Error()> &kernel) {
+    Error failed;
+    double ms = medianMs(o_.reps, [&] {
+      if (Error e = kernel(); e && !failed)
+        failed = std::move(e);
+    });
+    if (failed)
+      return failed;
     double streamMs;
     if (readArrays >= 2)
       streamMs = medianMs(o_.reps, [&] { streamTriad(s0_.data(), s1_.data(), s2_.data(), kElements); });
@@ -113,11 +121,23 @@ private:
     double scaledStream = streamMs * kernelBytes / streamBytes;
     out_.push_back({std::move(workload), std::move(variant), std::string(to_string(kDType)), ms, kernelBytes / ms / 1e6,
                     scaledStream, ms / scaledStream});
+    return std::nullopt;
   }
 
   std::optional<Error> check(const std::vector<T> &got, const std::vector<T> &want, std::string_view what) {
     if (Error e = checkAgainst(got, want, what))
       return e;
+    return std::nullopt;
+  }
+  std::optional<Error> check(const Expected<double> &got, const Expected<double> &want, std::string_view what) {
+    if (!got)
+      return got.error();
+    if (!want)
+      return want.error();
+    // Elements may differ by the vector math's ulps; their mean by that much relative.
+    const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-12;
+    if (!(std::fabs(*got - *want) <= tol * std::max(1.0, std::fabs(*want))))
+      return Error(ErrorCode::Internal, fmt::format("{}: {} where the interpreter says {}", what, *got, *want));
     return std::nullopt;
   }
 
@@ -129,62 +149,98 @@ private:
     }
   }
 
+  // Every workload's output is compared with the interpreter's before it is
+  // timed: a fast wrong kernel is not a result.
   std::optional<Error> layerWorkloads() {
     ensureStreams();
-    std::vector<NodeSpec> nodes = w1Nodes();
     std::vector<T> z = randomArray<T>(kElements, -4, 4, 1), err = randomArray<T>(kElements, -1, 1, 2);
-    std::vector<T> a(kElements), d(kElements), ref(kElements);
     for (Layout layout : {Layout::BatchMajor, Layout::NodesMajor}) {
-      auto layer = ActivationLayer::compile(nodes, {.method = o_.method, .dtype = kDType, .layout = layout});
-      auto oracle = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = kDType, .layout = layout});
-      if (!layer)
-        return layer.error();
-      if (!oracle)
-        return oracle.error();
       std::string lay(to_string(layout));
-      if (o_.workload != "W2") {
-        if (Error e = layer->forward(z, a, kBatch))
-          return e;
-        (void)oracle->forward(z, ref, kBatch);
-        if (auto e = check(a, ref, "W1 forward"))
-          return e;
-        record("W1", "forward " + lay, 1, 1, [&] { (void)layer->forward(z, a, kBatch); });
-      }
-      if (o_.workload != "W1") {
-        if (Error e = layer->backward(z, err, d, kBatch))
-          return e;
-        (void)oracle->backward(z, err, ref, kBatch);
-        if (auto e = check(d, ref, "W2 backward"))
-          return e;
-        record("W2", "backward " + lay, 2, 1, [&] { (void)layer->backward(z, err, d, kBatch); });
-        record("W2", "fused " + lay, 1, 2, [&] { (void)layer->fused(z, a, d, kBatch); });
-      }
+      bool fwd = o_.workload != "W2", bwd = o_.workload != "W1";
+      if (auto e = activation(w1Nodes(), layout, kBatch, z, err, fwd ? "W1" : "", bwd ? "W2" : "", " " + lay))
+        return e;
     }
     return std::nullopt;
   }
 
   std::optional<Error> geluWorkload() {
     ensureStreams();
-    auto layer = ActivationLayer::compile({{"gelu", {}}}, {.method = o_.method, .dtype = kDType});
+    std::vector<T> z = randomArray<T>(kElements, -4, 4, 3), err = randomArray<T>(kElements, -1, 1, 4);
+    return activation({{"gelu", {}}}, Layout::NodesMajor, kElements, z, err, "W3", "W3", "", "gelu ");
+  }
+
+  // Checks and times forward (`fwdName` non-empty) and backward + fused
+  // (`bwdName` non-empty) of a layer against the interpreter.
+  std::optional<Error> activation(const std::vector<NodeSpec> &nodes, Layout layout, size_t batch, const std::vector<T> &z,
+                                  const std::vector<T> &err, std::string fwdName, std::string bwdName, std::string suffix,
+                                  std::string prefix = "") {
+    auto layer = ActivationLayer::compile(nodes, {.method = o_.method, .dtype = kDType, .layout = layout});
     if (!layer)
       return layer.error();
-    std::vector<T> z = randomArray<T>(kElements, -4, 4, 3), err = randomArray<T>(kElements, -1, 1, 4), a(kElements);
-    record("W3", "gelu forward", 1, 1, [&] { (void)layer->forward(z, a, kElements); });
-    record("W3", "gelu backward", 2, 1, [&] { (void)layer->backward(z, err, a, kElements); });
+    auto oracle = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = kDType, .layout = layout});
+    if (!oracle)
+      return oracle.error();
+    std::vector<T> a(kElements), d(kElements), ref(kElements), ref2(kElements);
+    auto twice = [](Error got, Error want) { return got ? std::move(got) : std::move(want); };
+    if (!fwdName.empty()) {
+      if (Error e = twice(layer->forward(z, a, batch), oracle->forward(z, ref, batch)))
+        return e;
+      if (auto e = check(a, ref, fwdName + " forward"))
+        return e;
+      if (auto e = record(fwdName, prefix + "forward" + suffix, 1, 1, [&] { return layer->forward(z, a, batch); }))
+        return e;
+    }
+    if (!bwdName.empty()) {
+      if (Error e = twice(layer->backward(z, err, d, batch), oracle->backward(z, err, ref, batch)))
+        return e;
+      if (auto e = check(d, ref, bwdName + " backward"))
+        return e;
+      if (auto e = record(bwdName, prefix + "backward" + suffix, 2, 1, [&] { return layer->backward(z, err, d, batch); }))
+        return e;
+      if (Error e = twice(layer->fused(z, a, d, batch), oracle->fused(z, ref, ref2, batch)))
+        return e;
+      if (auto e = check(a, ref, bwdName + " fused value"))
+        return e;
+      if (auto e = check(d, ref2, bwdName + " fused derivative"))
+        return e;
+      if (prefix.empty()) // gelu is timed forward and backward only, as before
+        if (auto e = record(bwdName, "fused" + suffix, 1, 2, [&] { return layer->fused(z, a, d, batch); }))
+          return e;
+    }
     return std::nullopt;
   }
 
   std::optional<Error> lossWorkloads() {
     ensureStreams();
-    std::vector<T> yp = randomArray<T>(kElements, 0.01, 0.99, 5), yt = randomArray<T>(kElements, 0, 1, 6), g(kElements);
+    std::vector<T> yp = randomArray<T>(kElements, 0.01, 0.99, 5), yt = randomArray<T>(kElements, 0, 1, 6), g(kElements),
+                   ref(kElements);
+    auto asError = [](Expected<double> v) { return v ? Error::success() : v.takeError(); };
     for (const char *name : {"mse", "huber", "bce"}) {
       auto loss = Loss::compile(name, {}, {.method = o_.method, .dtype = kDType, .reduction = Reduction::Mean});
       if (!loss)
         return loss.error();
+      auto oracle = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = kDType, .reduction = Reduction::Mean});
+      if (!oracle)
+        return oracle.error();
       std::string n(name);
-      record("W4", n + " mean forward", 2, 0, [&] { (void)loss->forward({yp.data(), kElements}, {yt.data(), kElements}); });
-      record("W4", n + " gradient", 2, 1, [&] { (void)loss->gradient({yp.data(), kElements}, {yt.data(), kElements}, {g.data(), kElements}); });
-      record("W4", n + " fused", 2, 1, [&] { (void)loss->fused({yp.data(), kElements}, {yt.data(), kElements}, {g.data(), kElements}); });
+      if (auto e = check(loss->forward(yp, yt), oracle->forward(yp, yt), "W4 " + n + " mean"))
+        return e;
+      if (Error e = loss->gradient(yp, yt, g))
+        return e;
+      if (Error e = oracle->gradient(yp, yt, ref))
+        return e;
+      if (auto e = check(g, ref, "W4 " + n + " gradient"))
+        return e;
+      if (auto e = check(loss->fused(yp, yt, g), oracle->forward(yp, yt), "W4 " + n + " fused"))
+        return e;
+      if (auto e = check(g, ref, "W4 " + n + " fused gradient"))
+        return e;
+      if (auto e = record("W4", n + " mean forward", 2, 0, [&] { return asError(loss->forward(yp, yt)); }))
+        return e;
+      if (auto e = record("W4", n + " gradient", 2, 1, [&] { return loss->gradient(yp, yt, g); }))
+        return e;
+      if (auto e = record("W4", n + " fused", 2, 1, [&] { return asError(loss->fused(yp, yt, g)); }))
+        return e;
     }
     return std::nullopt;
   }
@@ -272,7 +328,13 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
   if (!interp)
     return interp.error();
   std::vector<float> z = randomArray<float>(kElements, -4, 4, 1), a(kElements);
-  r.interpW1Ms = medianMs(std::max(3, o.reps / 3), [&] { (void)interp->forward(z, a, kBatch); });
+  Error failed;
+  r.interpW1Ms = medianMs(std::max(3, o.reps / 3), [&] {
+    if (Error e = interp->forward(z, a, kBatch); e && !failed)
+      failed = std::move(e);
+  });
+  if (failed)
+    return failed;
   return std::nullopt;
 }
 

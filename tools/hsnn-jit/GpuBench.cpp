@@ -118,7 +118,8 @@ private:
         auto got = download(*da);
         if (!got)
           return got.takeError();
-        (void)oracle->forward(z, ref, kBenchBatch);
+        if (Error e = oracle->forward(z, ref, kBenchBatch))
+          return e;
         if (Error e = checkAgainst(*got, ref, "W1 forward " + lay))
           return e;
         if (Error e = record("W1", "forward " + lay, 1, 1, [&] { return layer->forward(*dz, *da, kBenchBatch); }))
@@ -130,7 +131,8 @@ private:
         auto got = download(*dd);
         if (!got)
           return got.takeError();
-        (void)oracle->backward(z, err, ref, kBenchBatch);
+        if (Error e = oracle->backward(z, err, ref, kBenchBatch))
+          return e;
         if (Error e = checkAgainst(*got, ref, "W2 backward " + lay))
           return e;
         if (Error e = record("W2", "backward " + lay, 2, 1, [&] { return layer->backward(*dz, *de, *dd, kBenchBatch); }))
@@ -211,7 +213,8 @@ Error runGpuCompileBench(const BenchOptions &o, GpuCompileResult &r) {
   ScopedRuntimeFlags scoped(RuntimeFlagsOverride::from(f));
   std::vector<double> cold, ptx, load, hit, hitLoad;
   for (int i = 0; i < std::max(3, o.reps / 2); ++i) {
-    (void)clearKernelCache(CacheCategory::Gpu);
+    if (Error e = clearKernelCache(CacheCategory::Gpu))
+      return e;
     auto t0 = BenchClock::now();
     auto layer = ActivationLayer::compile(w1Nodes(), {.method = Method::Cuda, .gpuId = gpuId});
     cold.push_back(msSince(t0));
