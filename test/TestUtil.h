@@ -74,3 +74,47 @@ template <class T> uint64_t ulpDistance(T a, T b) {
 template <class T> bool sameOrBothNaN(T a, T b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
 } // namespace hsnn::test
+
+namespace hsnn::test {
+
+/// A formula per numeric op of hsnn/Ops.def, generated from it so a new op
+/// is tested without editing a list: calls with numeric arguments
+/// (`sin(x)`, `atan2(x, 0.25)`), each infix op both ways round, negation, and
+/// one Piecewise that uses every comparison and logic op.
+inline std::vector<std::string> opFormulas() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo &o = opInfo(Op(i));
+    std::string sp(o.spelling);
+    if (o.isBool || o.syntax == OpSyntax::Leaf || o.arity < 0)
+      continue;
+    if (o.syntax == OpSyntax::Call)
+      out.push_back(o.arity == 1 ? sp + "(x)" : sp + "(x, 0.25)");
+    else if (o.syntax == OpSyntax::Prefix)
+      out.push_back(sp + "x");
+    else if (o.syntax == OpSyntax::Infix)
+      for (std::string f : {"x" + sp + "3", "0.75" + sp + "x"})
+        out.push_back(f);
+  }
+  out.push_back("Piecewise((x, (x < -1) | (x <= -2)), (2*x, (x > 1) & ~(x >= 3)), (0.5, (x == 0) | (x != x)), (x*x, True))");
+  return out;
+}
+
+/// The names of the built-ins of one mode, from the built-in table.
+inline std::vector<std::string> builtinNames(FormulaMode mode) {
+  std::vector<std::string> out;
+  for (const BuiltinInfo &b : builtins())
+    if (b.mode == mode)
+      out.emplace_back(b.name);
+  return out;
+}
+
+/// Ops and activation built-ins together, plus formulas with constants.
+inline std::vector<std::string> activationFormulas(std::initializer_list<const char *> extra) {
+  std::vector<std::string> out = opFormulas(), names = builtinNames(FormulaMode::Activation);
+  out.insert(out.end(), names.begin(), names.end());
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+} // namespace hsnn::test

@@ -18,7 +18,10 @@ Expr hardsigmoid(ExprContext &c, Expr u) {
 }
 Expr diff(ExprContext &c, A a) { return c.sub(a[0], a[1]); }
 
-const BuiltinDef kBuiltins[] = {
+// A function-local static, not a global: layers may be compiled while other
+// files are still being statically initialised (a layer held in a global).
+std::span<const BuiltinDef> table() {
+  static const BuiltinDef defs[] = {
     {{"relu", FormulaMode::Activation, "Max(0, num)", {}}, [](ExprContext &c, A a) { return c.make(Op::Max, {n(c, 0), a[0]}); }},
     {{"sigmoid", FormulaMode::Activation, "1/(1 + exp(-num))", {}}, [](ExprContext &c, A a) { return c.call(Op::Sigmoid, a[0]); }},
     {{"swish", FormulaMode::Activation, "num/(1 + exp(-num))", {}},
@@ -101,11 +104,13 @@ const BuiltinDef kBuiltins[] = {
      [](ExprContext &c, A a) { return c.sub(c.call(Op::Softplus, a[0]), c.mul(a[1], a[0])); }},
     {{"poisson_nll", FormulaMode::Loss, "exp(y_pred) - y_true*y_pred", {}},
      [](ExprContext &c, A a) { return c.sub(c.call(Op::Exp, a[0]), c.mul(a[1], a[0])); }},
-};
+  };
+  return defs;
+}
 
 std::vector<BuiltinInfo> makeInfos() {
   std::vector<BuiltinInfo> out;
-  for (const BuiltinDef &d : kBuiltins)
+  for (const BuiltinDef &d : table())
     out.push_back(d.info);
   return out;
 }
@@ -113,13 +118,13 @@ std::vector<BuiltinInfo> makeInfos() {
 } // namespace
 
 const BuiltinDef *findBuiltin(std::string_view name) {
-  for (const BuiltinDef &d : kBuiltins)
+  for (const BuiltinDef &d : table())
     if (d.info.name == name)
       return &d;
   return nullptr;
 }
 
-std::span<const BuiltinDef> builtinDefs() { return kBuiltins; }
+std::span<const BuiltinDef> builtinDefs() { return table(); }
 
 } // namespace hsnn::detail
 

@@ -201,7 +201,8 @@ template <Op O> constexpr OpImpl makeImpl() {
     return OpImpl{&evalBlock<O, float>, &evalBlock<O, double>, &R::diff};
 }
 
-const OpImpl kImpls[] = {
+// constexpr: ready before any static initialiser runs (layers may be compiled in one).
+constexpr OpImpl kImpls[] = {
 #define HSNN_OP(Id, Spelling, Arity, Syntax, Result, Libm) makeImpl<Op::Id>(),
 #include "hsnn/Ops.def"
 };
@@ -211,7 +212,7 @@ static_assert(std::size(kImpls) == size_t(kNumOps));
   static_assert(Rule<Op::Id>::kind == Arity || Rule<Op::Id>::kind == 0, "arity of " #Id " disagrees with Ops.def");
 #include "hsnn/Ops.def"
 
-const OpInfo kInfos[] = {
+constexpr OpInfo kInfos[] = {
 #define HSNN_OP(Id, Spelling, Arity, Syntax, Result, Libm)                                                   \
   OpInfo{#Id, Spelling, Arity, OpSyntax::Syntax, std::string_view(#Result) == "Bool", Libm},
 #include "hsnn/Ops.def"

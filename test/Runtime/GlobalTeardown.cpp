@@ -1,7 +1,7 @@
 //===- test/Runtime/GlobalTeardown.cpp - Layers and losses held in globals ===//
 //
 // Built and run by ctest (global_teardown) against the stand-in driver: the
-// globals below are destroyed after main returns, after the engine's own
+// globals below (one compiled before main) are destroyed after main returns, after the engine's own
 // statics; the process must exit 0 without a crash or an abort.
 //
 //===----------------------------------------------------------------------===//
@@ -13,6 +13,10 @@
 #include <vector>
 
 namespace {
+// Compiled during static initialisation, before main and before other
+// files' statics may be ready.
+hsnn::Expected<hsnn::ActivationLayer> gStaticLayer =
+    hsnn::ActivationLayer::compile({{"gelu", {}}, {"leaky_relu", {}}}, {.method = hsnn::Method::CpuJit});
 std::optional<hsnn::ActivationLayer> gJitLayer, gInterpLayer, gGpuLayer;
 std::optional<hsnn::Loss> gJitLoss, gGpuLoss;
 
@@ -28,6 +32,8 @@ template <class T> bool keep(std::optional<T> &slot, hsnn::Expected<T> made, con
 
 int main() {
   using namespace hsnn;
+  if (!gStaticLayer)
+    return std::fprintf(stderr, "static layer: %s\n", gStaticLayer.error().message().c_str()), 1;
   std::vector<NodeSpec> nodes = {{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}};
   bool ok = keep(gJitLayer, ActivationLayer::compile(nodes, {.method = Method::CpuJit}), "cpu_jit layer") &&
             keep(gInterpLayer, ActivationLayer::compile(nodes, {.method = Method::CpuInterp}), "interp layer") &&
