@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <unistd.h>
 
@@ -245,6 +246,16 @@ TEST_CASE("a cuda layer runs every node in one launch, in either layout") {
     CHECK(layer->forward(*dz, *other, 1000).message() == "buffer 'a' on backend cuda:1 given to a layer that runs on cuda:0");
     CHECK(layer->forward(*dz, *da, 1001).message() ==
           "'z' holds 3000 elements; 3 nodes x batch 1001 needs exactly 3003");
+    // A batch whose byte size wraps around (to 0 for a 1-node layer) is an
+    // overflow, refused before anything reaches the driver.
+    auto one = ActivationLayer::compile({{"relu", {}}}, {.method = Method::Cuda});
+    REQUIRE_OK_EXPECTED(one);
+    fake.clearLaunches();
+    size_t wraps = size_t(1) << 62;
+    CHECK(one->forward(*dz, *da, wraps).message() == fmt::format("1 nodes x batch {} overflows the address space", wraps));
+    CHECK(one->forward(std::span<const float>(z), std::span<float>(a), wraps).message() ==
+          fmt::format("1 nodes x batch {} overflows the address space", wraps));
+    CHECK(fake.launches().empty());
 
     auto batchMajor = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .layout = Layout::BatchMajor});
     REQUIRE_OK_EXPECTED(batchMajor);

@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <random>
+#include <set>
 
 using namespace hsnn;
 using namespace hsnn::test;
@@ -48,6 +49,7 @@ const Domain kUnary[] = {
     {"2**x", -3, 3},        {"x**2.5", 0.1, 3},     {"1/x", 0.2, 3},       {"atan2(x, 2)", -3, 3},
     {"atan2(1.5, x)", -3, 3}, {"log(x, 3)", 0.1, 5}, {"Max(x, 0.5)", 0.6, 3}, {"Min(x, 0.5)", 0.6, 3},
     {"Max(x, sin(x))", 0.1, 3}, {"x - 1/x", 0.1, 3},
+    {"Heaviside(x)", 0.1, 3}, {"sign(x)", -3, -0.1}, {"floor(x)", 1.1, 1.9}, {"ceiling(x)", -1.9, -1.1},
     // Built-ins, away from their kinks.
     {"relu", 0.01, 3},      {"sigmoid", -8, 8},     {"swish", -5, 5},      {"silu", -5, 5},
     {"softplus", -8, 8},    {"mish", -5, 5},        {"gelu", -4, 4},       {"linear", -3, 3},
@@ -281,5 +283,37 @@ TEST_CASE("f32 and f64 interpreters agree within 4 ulp on every op at edge input
       }
       CHECK(ulpDistance(f32, ref) <= 4);
     }
+  }
+}
+
+TEST_CASE("the finite-difference list covers every numeric op of Ops.def and every activation built-in") {
+  // kUnary gives each op the interval where it is smooth, so it is kept by
+  // hand; this keeps it complete as Ops.def and the built-in table grow.
+  ExprContext ctx;
+  std::set<std::string> covered;
+  std::vector<Expr> stack;
+  for (const Domain &d : kUnary) {
+    covered.insert(d.formula);
+    stack.push_back(mustParse(ctx, d.formula).expr);
+  }
+  std::set<Op> ops;
+  while (!stack.empty()) {
+    Expr e = stack.back();
+    stack.pop_back();
+    ops.insert(e->op());
+    for (Expr a : e->args())
+      stack.push_back(a);
+  }
+  for (int i = 0; i < kNumOps; ++i) {
+    const OpInfo &o = opInfo(Op(i));
+    if (o.isBool || o.syntax == OpSyntax::Leaf || o.arity < 0 || Op(i) == Op::Neg || Op(i) == Op::Sub ||
+        Op(i) == Op::Add)
+      continue; // Piecewise, Neg, Add, Sub appear in built-ins and composites below
+    CAPTURE(o.name);
+    CHECK(ops.count(Op(i)));
+  }
+  for (const std::string &name : test::builtinNames(FormulaMode::Activation)) {
+    CAPTURE(name);
+    CHECK(covered.count(name));
   }
 }
