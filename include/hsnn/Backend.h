@@ -95,6 +95,8 @@ protected:
   /// What every copy checks first: the buffer is this backend's, the host
   /// pointer is set, and [offset, offset + bytes) lies inside the buffer.
   Error checkCopy(const DeviceBuffer &buf, const void *host, size_t bytes, size_t offset) const;
+  /// The same for a copy between two of this backend's buffers.
+  Error checkCopy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) const;
 };
 
 /// "auto" (the best available), "cpu", "cuda" (device 0) or "cuda:N".

@@ -58,9 +58,7 @@ public:
   }
 
   Error copy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) override {
-    if (Error e = check(dst, src.data(), bytes, 0))
-      return e;
-    if (Error e = check(src, dst.data(), bytes, 0))
+    if (Error e = checkCopy(dst, src, bytes))
       return e;
     std::memmove(dst.data(), src.data(), bytes);
     return Error::success();
@@ -104,6 +102,12 @@ Error Backend::checkCopy(const DeviceBuffer &buf, const void *host, size_t bytes
     return Error(ErrorCode::InvalidArgument,
                  fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));
   return Error::success();
+}
+
+Error Backend::checkCopy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) const {
+  if (Error e = checkCopy(dst, src.data(), bytes, 0))
+    return e;
+  return checkCopy(src, dst.data(), bytes, 0);
 }
 
 Expected<std::shared_ptr<Stream>> Backend::createStream() {

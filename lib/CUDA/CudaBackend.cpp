@@ -86,9 +86,7 @@ public:
   }
 
   Error copy(const DeviceBuffer &dst, const DeviceBuffer &src, size_t bytes) override {
-    if (Error e = check(dst, src.data(), bytes, 0))
-      return e;
-    if (Error e = check(src, dst.data(), bytes, 0))
+    if (Error e = checkCopy(dst, src, bytes))
       return e;
     if (CUresult r = d_.cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst.data()), reinterpret_cast<CUdeviceptr>(src.data()),
                                      bytes))

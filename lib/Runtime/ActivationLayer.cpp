@@ -68,10 +68,6 @@ ActivationLayer::ActivationLayer(ActivationLayer &&) noexcept = default;
 ActivationLayer &ActivationLayer::operator=(ActivationLayer &&) noexcept = default;
 ActivationLayer::~ActivationLayer() = default;
 
-#define HSNN_STATE_OR(fallback)                                                                                      \
-  if (!state_)                                                                                                       \
-    return fallback;
-
 size_t ActivationLayer::numNodes() const {
   HSNN_STATE_OR(0)
   return state_->model().numNodes();

@@ -26,7 +26,7 @@ struct View {
 
 // An output may be an input itself (in place) or apart from every other
 // array; two outputs may not share memory, and nothing may partly overlap.
-Error checkOverlap(std::initializer_list<View> views) {
+Error checkOverlap(std::span<const View> views) {
   for (auto a = views.begin(); a != views.end(); ++a)
     for (auto b = a + 1; b != views.end(); ++b) {
       if (!a->bytes || !b->bytes || (!a->output && !b->output))
@@ -48,6 +48,33 @@ Error checkOverlap(std::initializer_list<View> views) {
 
 Error wrongSize(const char *name, size_t got, size_t want, const std::string &why) {
   return Error(ErrorCode::InvalidArgument, fmt::format("'{}' holds {} elements; {} needs exactly {}", name, got, why, want));
+}
+
+// Typed buffers: each on the backend the code runs on, of its dtype, of
+// exactly n elements; then the overlap rules.
+struct BufferArg {
+  const char *name;
+  const DeviceBuffer *buffer; // null when the kind does not use it
+  bool output;
+};
+Error checkBuffers(std::span<const BufferArg> args, const std::string &where, DType dtype, size_t n,
+                   const std::string &why, const char *what) {
+  std::vector<View> views;
+  for (const BufferArg &a : args) {
+    const DeviceBuffer *b = a.buffer;
+    if (!b)
+      continue;
+    if (b->backend() != where)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' on backend {} given to a {} that runs on {}",
+                                                           a.name, b->backend(), what, where));
+    if (b->dtype() != dtype)
+      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' holds {} elements; the {} runs on {}", a.name,
+                                                           to_string(b->dtype()), what, to_string(dtype)));
+    if (b->count() != n)
+      return wrongSize(a.name, b->count(), n, why);
+    views.push_back({a.name, b->data(), b->bytes(), a.output});
+  }
+  return checkOverlap(views);
 }
 
 std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("cuda:{}", e.gpuId()) : "cpu"; }
@@ -180,10 +207,11 @@ Error LayerState::runActivation(KernelKind kind, std::span<const T> z, std::span
     return wrongSize(names[1][0], out0.size(), n, why);
   if (k.outputs > 1 && out1.size() != n)
     return wrongSize(names[1][1], out1.size(), n, why);
-  if (Error e = checkOverlap({{names[0][0], z.data(), z.size_bytes(), false},
-                              {names[0][1], err.data(), err.size_bytes(), false},
-                              {names[1][0], out0.data(), out0.size_bytes(), true},
-                              {names[1][1], out1.data(), out1.size_bytes(), true}}))
+  const View views[] = {{names[0][0], z.data(), z.size_bytes(), false},
+                        {names[0][1], err.data(), err.size_bytes(), false},
+                        {names[1][0], out0.data(), out0.size_bytes(), true},
+                        {names[1][1], out1.data(), out1.size_bytes(), true}};
+  if (Error e = checkOverlap(views))
     return e;
   if (n == 0)
     return Error::success();
@@ -199,25 +227,11 @@ Error LayerState::runActivation(KernelKind kind, const DeviceBuffer &z, const De
     return Error(ErrorCode::InvalidArgument, fmt::format("{} nodes x batch {} overflows the address space", nodes, batch));
   size_t n = nodes * batch;
   std::string where = memorySpace(*current().engine);
-  const char *names[4] = {"z", "err", kind == KernelKind::Backward ? "delta" : "a", "dfdz"};
-  const DeviceBuffer *bufs[4] = {&z, err, &out0, out1};
-  for (size_t i = 0; i < 4; ++i) {
-    const DeviceBuffer *b = bufs[i];
-    if (!b)
-      continue;
-    if (b->backend() != where)
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("buffer '{}' on backend {} given to a layer that runs on {}", names[i], b->backend(), where));
-    if (b->dtype() != m.options.dtype)
-      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' holds {} elements; the layer runs on {}", names[i],
-                                                           to_string(b->dtype()), to_string(m.options.dtype)));
-    if (b->count() != n)
-      return wrongSize(names[i], b->count(), n, fmt::format("{} nodes x batch {}", nodes, batch));
-  }
-  auto view = [&](size_t i, bool output) {
-    return View{names[i], bufs[i] ? bufs[i]->data() : nullptr, bufs[i] ? bufs[i]->bytes() : 0, output};
-  };
-  if (Error e = checkOverlap({view(0, false), view(1, false), view(2, true), view(3, true)}))
+  const BufferArg args[] = {{"z", &z, false},
+                            {"err", err, false},
+                            {kind == KernelKind::Backward ? "delta" : "a", &out0, true},
+                            {"dfdz", out1, true}};
+  if (Error e = checkBuffers(args, where, m.options.dtype, n, fmt::format("{} nodes x batch {}", nodes, batch), "layer"))
     return e;
   if (n == 0)
     return Error::success();
@@ -257,9 +271,10 @@ Expected<double> LayerState::runLoss(KernelKind kind, std::span<const T> yPred, 
     return wrongSize("y_true", yTrue.size(), n, why);
   if (kindInfo(kind).outputs && out.size() != n)
     return wrongSize(outName, out.size(), n, why);
-  if (Error e = checkOverlap({{"y_pred", yPred.data(), yPred.size_bytes(), false},
-                              {"y_true", yTrue.data(), yTrue.size_bytes(), false},
-                              {outName, out.data(), out.size_bytes(), true}}))
+  const View views[] = {{"y_pred", yPred.data(), yPred.size_bytes(), false},
+                        {"y_true", yTrue.data(), yTrue.size_bytes(), false},
+                        {outName, out.data(), out.size_bytes(), true}};
+  if (Error e = checkOverlap(views))
     return e;
   return checkedRunLoss(kind, {yPred.data(), yTrue.data(), kindInfo(kind).outputs ? out.data() : nullptr, n, 1, false});
 }
@@ -269,26 +284,9 @@ Expected<double> LayerState::runLoss(KernelKind kind, const DeviceBuffer &yPred,
   DType want = model().options.dtype;
   std::string where = memorySpace(*current().engine);
   size_t n = yPred.count();
-  const char *outName = kind == KernelKind::LossElements ? "out" : "grad";
-  const char *names[3] = {"y_pred", "y_true", outName};
-  const DeviceBuffer *bufs[3] = {&yPred, &yTrue, out};
-  for (size_t i = 0; i < 3; ++i) {
-    const DeviceBuffer *b = bufs[i];
-    if (!b)
-      continue;
-    if (b->backend() != where)
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("buffer '{}' on backend {} given to a loss that runs on {}", names[i], b->backend(), where));
-    if (b->dtype() != want)
-      return Error(ErrorCode::InvalidArgument, fmt::format("buffer '{}' holds {} elements; the loss runs on {}", names[i],
-                                                           to_string(b->dtype()), to_string(want)));
-    if (b->count() != n)
-      return wrongSize(names[i], b->count(), n, fmt::format("y_pred of {} elements", n));
-  }
-  auto view = [&](size_t i, bool output) {
-    return View{names[i], bufs[i] ? bufs[i]->data() : nullptr, bufs[i] ? bufs[i]->bytes() : 0, output};
-  };
-  if (Error e = checkOverlap({view(0, false), view(1, false), view(2, true)}))
+  const BufferArg args[] = {
+      {"y_pred", &yPred, false}, {"y_true", &yTrue, false}, {kind == KernelKind::LossElements ? "out" : "grad", out, true}};
+  if (Error e = checkBuffers(args, where, want, n, fmt::format("y_pred of {} elements", n), "loss"))
     return e;
   return checkedRunLoss(kind, {yPred.data(), yTrue.data(), out ? out->data() : nullptr, n, 1, where != "cpu"});
 }

@@ -94,4 +94,9 @@ private:
 /// The name of a moved-from object's use, as an Error.
 Error movedFrom(const char *what);
 
+/// In a facade's member: returns `fallback` when the object was moved from.
+#define HSNN_STATE_OR(fallback)                                                                                      \
+  if (!state_)                                                                                                       \
+    return fallback;
+
 } // namespace hsnn::detail

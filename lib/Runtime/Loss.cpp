@@ -55,10 +55,6 @@ Loss::Loss(Loss &&) noexcept = default;
 Loss &Loss::operator=(Loss &&) noexcept = default;
 Loss::~Loss() = default;
 
-#define HSNN_STATE_OR(fallback)                                                                                      \
-  if (!state_)                                                                                                       \
-    return fallback;
-
 Reduction Loss::reduction() const {
   HSNN_STATE_OR(Reduction::Mean)
   return state_->reduction;
