@@ -40,6 +40,9 @@ struct AotOptions {
   std::string features; ///< Extra target features, e.g. "+avx2".
   int optLevel = 3;
   bool bakeConstants = false;
+  /// Losses: the reduction of the header's NAME_loss and NAME_loss_gradient
+  /// (mean divides by n and scales the gradient by 1/n; sum does neither).
+  Reduction reduction = Reduction::Mean;
 };
 
 struct AotArtifact {

@@ -27,6 +27,7 @@ struct CacheEntryInfo {
   std::string category; ///< "cpu" or "gpu"
   uint64_t bytes = 0;
   int64_t lastUsed = 0; ///< Seconds since the epoch.
+  std::string description; ///< What it holds: kind, dtype, formulas.
 };
 
 /// The directory the cache would use now (it may not exist yet).

@@ -67,6 +67,15 @@ Expected<Target> makeTarget(const AotOptions &o) {
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!target)
     return Error(ErrorCode::InvalidArgument, fmt::format("unknown target '{}': {}", triple, err));
+  // Kernels use 64-bit indices, doubles and libm: LLVM's other backends
+  // (bpf, amdgcn, 32-bit ones) stop the process with a fatal error on them,
+  // so only the targets the emitter is made for get this far.
+  llvm::Triple::ArchType arch = llvm::Triple(triple).getArch();
+  if (arch != llvm::Triple::x86_64 && arch != llvm::Triple::aarch64)
+    return Error(ErrorCode::Unsupported,
+                 fmt::format("target '{}' is not supported for CPU kernels: use an x86_64 or aarch64 triple (GPU "
+                             "kernels: --emit ptx)",
+                             triple));
   bool native = llvm::Triple(triple).getArch() == llvm::Triple(host).getArch() && o.cpu.empty();
   std::string cpu = !o.cpu.empty() ? o.cpu : native ? llvm::sys::getHostCPUName().str() : "generic";
   std::string features = o.features;
@@ -77,6 +86,9 @@ Expected<Target> makeTarget(const AotOptions &o) {
   std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(triple, cpu, features));
   if (!sti || (!o.cpu.empty() && !sti->isCPUStringValid(cpu)))
     return Error(ErrorCode::InvalidArgument, fmt::format("CPU '{}' is not known for target {}", cpu, triple));
+  if (arch == llvm::Triple::x86_64 && !sti->checkFeatures("+64bit"))
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("CPU '{}' has no 64-bit mode, which x86_64 code needs (try x86-64 or x86-64-v3)", cpu));
   llvm::TargetOptions to;
   Target t;
   t.tm.reset(target->createTargetMachine(triple, cpu, features, to, llvm::Reloc::PIC_));
@@ -260,6 +272,23 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
       "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n",
       fmt::arg("name", name), fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.defaultParams.size()),
       fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())));
+  // The spec's reduction: host-side arithmetic on the kernels above, so it
+  // lives in the header (the object is the same for every reduction).
+  Reduction red = options.reduction;
+  body += fmt::format("\n/* The reduction this loss was compiled with: {red}. */\n#define {U}_REDUCTION_{RED} 1\n",
+                      fmt::arg("red", to_string(red)), fmt::arg("U", upper), fmt::arg("RED", upperCase(std::string(to_string(red)))));
+  if (red != Reduction::None)
+    body += fmt::format("/* The loss over n elements ({what}). */\n"
+                        "static inline double {name}_loss(const {T} *yp, const {T} *yt, const double *params, int64_t n) {{\n"
+                        "  return {name}_sum(yp, yt, 0, params, n, ({T})1){div};\n}}\n",
+                        fmt::arg("what", red == Reduction::Mean ? "the mean" : "the sum"), fmt::arg("name", name),
+                        fmt::arg("T", T), fmt::arg("div", red == Reduction::Mean ? " / (double)n" : ""));
+  body += fmt::format("/* d {name}_loss / d yp[i]{what}. */\n"
+                      "static inline void {name}_loss_gradient(const {T} *yp, const {T} *yt, {T} *grad, const double *params, "
+                      "int64_t n) {{\n  {name}_gradient(yp, yt, grad, params, n, {scale});\n}}\n",
+                      fmt::arg("name", name), fmt::arg("T", T),
+                      fmt::arg("what", red == Reduction::Mean ? " (scaled by 1/n)" : ""),
+                      fmt::arg("scale", red == Reduction::Mean ? fmt::format("({})(1.0 / (double)n)", T) : fmt::format("({})1", T)));
   return AotArtifact{std::move(*bytes), cHeader(h, upper, body)};
 }
 

@@ -44,7 +44,8 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
 // Compiles (or loads from the disk cache) the requested kernels and returns
 // them loaded, filling the JIT fields of `info`.
 Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
-                                                      const CacheConfig &cacheConfig, CompileInfo &info) {
+                                                      const CacheConfig &cacheConfig, const std::string &description,
+                                                      CompileInfo &info) {
   auto jit = HostJIT::get();
   if (!jit)
     return jit.error();
@@ -77,7 +78,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
       return;
     }
     if (cache)
-      cache->store(CacheCategory::Cpu, key, *object);
+      cache->store(CacheCategory::Cpu, key, *object, description);
     objects[c] = std::move(*object);
   };
   tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, true); });
@@ -128,7 +129,7 @@ public:
       for (size_t u = 0; u < m.units.size(); ++u)
         requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), m.units[u].programs[size_t(kind)], kind,
                             m.options.dtype});
-    auto lib = buildKernels(requests, options_.jit, options_.cache, info);
+    auto lib = buildKernels(requests, options_.jit, options_.cache, m.describe("cpu_jit", std::vector<KernelKind>(kinds)), info);
     if (!lib)
       return lib.takeError();
     size_t i = 0;

@@ -93,6 +93,7 @@ protected:
   Error initFrom(const GpuCode &from, int device, CompileInfo *info) {
     options_ = from.options_;
     spec_ = from.spec_;
+    description_ = from.description_;
     kernels_ = from.kernels_;
     dtype_ = from.dtype_;
     auto dev = deviceInfo(device);
@@ -114,6 +115,7 @@ protected:
   GpuModuleSpec spec_;
   std::vector<std::string> kernels_;
   std::vector<char> image_; ///< cubin, or PTX where the driver has no linker
+  std::string description_; ///< What a cache entry of it holds
   int ccMajor_ = 0, ccMinor_ = 0;
   std::shared_ptr<GpuModule> module_;
   DType dtype_ = DType::F32;
@@ -141,6 +143,7 @@ public:
     g->kinds_ = std::move(kinds);
     g->layout_ = layout;
     g->nodes_ = model.numNodes();
+    g->description_ = model.describe(fmt::format("cuda {}", device), g->kinds_);
     if (Error e = g->init(device, model.options.dtype, options, std::move(spec), std::move(names), info))
       return e;
     if (Error e = g->uploadTables(model))
@@ -206,6 +209,7 @@ public:
     spec.sumKernel = "hsnn_loss_add_partials";
     names.push_back(spec.sumKernel);
     auto g = std::make_unique<GpuLoss>();
+    g->description_ = model.describe(fmt::format("cuda {}", device), kLossKinds);
     if (Error e = g->init(device, model.options.dtype, options, std::move(spec), std::move(names), info))
       return e;
     return g;
@@ -303,7 +307,7 @@ Error GpuCode::build(int device, CompileInfo *info) {
     info->objectBytes = image.size();
   }
   if (cache)
-    cache->store(CacheCategory::Gpu, key, image);
+    cache->store(CacheCategory::Gpu, key, image, description_);
   module_ = std::move(*m);
   image_ = std::move(image);
   ccMajor_ = (*dev)->ccMajor, ccMinor_ = (*dev)->ccMinor;

@@ -106,6 +106,18 @@ Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &op
   if (options.arch.size() < 5 || !options.arch.starts_with("sm_") ||
       options.arch.find_first_not_of("0123456789a", 3) != std::string::npos)
     return Error(ErrorCode::InvalidArgument, fmt::format("GPU architecture '{}' is not of the form sm_XY", options.arch));
+  // An architecture the backend does not know would get PTX of ISA 6.0 with
+  // a warning on stderr, which ptxas then rejects: refuse it here instead.
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(kTriple, "", ""));
+  if (!sti->isCPUStringValid(options.arch)) {
+    std::string newest;
+    for (const llvm::SubtargetSubTypeKV &kv : sti->getAllProcessorDescriptions())
+      newest = kv.Key;
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("GPU architecture '{}' is not one LLVM {} generates code for (the newest is {}); devices "
+                             "newer than sm_90, such as sm_100 and sm_120, run sm_90 PTX, which their driver assembles",
+                             options.arch, LLVM_VERSION_STRING, newest));
+  }
   std::unique_ptr<llvm::TargetMachine> tm(
       target->createTargetMachine(kTriple, options.arch, "", llvm::TargetOptions(), std::nullopt));
   if (!tm)

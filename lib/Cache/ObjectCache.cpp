@@ -12,6 +12,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -28,10 +32,21 @@ namespace hsnn {
 namespace detail {
 namespace {
 
-constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'K', 'C', '1', '\0'};
-constexpr uint32_t kFormatVersion = 1;
-constexpr size_t kHeaderSize = 8 + 4 + 4 + 32 + 8 + 32;
+// Entry format 2 (see README "The kernel cache"): magic, format, category,
+// key, body size, BLAKE3 of the body, description length; the body is the
+// description (what the entry holds, for `cache list`) then the payload.
+constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'K', 'C', '2', '\0'};
+constexpr uint32_t kFormatVersion = 2;
+constexpr size_t kHeaderSize = 8 + 4 + 4 + 32 + 8 + 32 + 4;
+constexpr size_t kMaxDescription = 1024;
 std::atomic<uint64_t> gLimit{256ull << 20};
+// Temporary files of writers that died (SIGKILL mid-write) are removed once
+// they are this old; a live writer finishes in far less.
+constexpr auto kStaleTemporary = std::chrono::minutes(10);
+// Scanning the directory costs time proportional to its entries, so a
+// process scans when its running estimate passes the cap, or after this long.
+constexpr auto kRescanEvery = std::chrono::seconds(30);
+std::atomic<uint64_t> gScans{0};
 
 const char *categoryDir(CacheCategory c) { return c == CacheCategory::Gpu ? "gpu" : "cpu"; }
 
@@ -73,7 +88,10 @@ std::string prepareDir(const std::string &dir) {
   return refuseReason(dir);
 }
 
-std::vector<fs::directory_entry> entries(const std::string &root, CacheCategory which) {
+bool isTemporary(const fs::path &p) { return p.filename().string().starts_with(".tmp-"); }
+
+// Entries (and, with `temporaries`, writers' temporary files) of a category.
+std::vector<fs::directory_entry> entries(const std::string &root, CacheCategory which, bool temporaries = false) {
   std::vector<fs::directory_entry> out;
   for (CacheCategory c : {CacheCategory::Cpu, CacheCategory::Gpu}) {
     if (which != CacheCategory::All && which != c)
@@ -82,7 +100,7 @@ std::vector<fs::directory_entry> entries(const std::string &root, CacheCategory 
     fs::directory_iterator it(fs::path(root) / categoryDir(c), ec), end;
     for (; !ec && it != end; it.increment(ec)) {
       std::error_code fe;
-      if (it->is_regular_file(fe) && it->path().extension() == ".hsnn")
+      if (it->is_regular_file(fe) && (it->path().extension() == ".hsnn" || (temporaries && isTemporary(it->path()))))
         out.push_back(*it);
     }
   }
@@ -92,7 +110,10 @@ std::vector<fs::directory_entry> entries(const std::string &root, CacheCategory 
 // Other threads and processes store and evict at the same time: every
 // filesystem call here takes an error_code, and a file that vanished is
 // simply skipped.
-void evict(const std::string &root) {
+// Removes stale temporaries and the least recently used entries beyond the
+// cap; returns the bytes left.
+uint64_t evict(const std::string &root) {
+  ++gScans;
   struct Entry {
     fs::path path;
     fs::file_time_type time;
@@ -100,17 +121,26 @@ void evict(const std::string &root) {
   };
   std::vector<Entry> all;
   uint64_t total = 0;
-  for (auto &e : entries(root, CacheCategory::All)) {
+  auto staleBefore = fs::file_time_type::clock::now() - kStaleTemporary;
+  for (auto &e : entries(root, CacheCategory::All, /*temporaries=*/true)) {
     std::error_code ec1, ec2;
     auto time = fs::last_write_time(e.path(), ec1);
     auto size = fs::file_size(e.path(), ec2);
     if (ec1 || ec2)
       continue;
+    if (isTemporary(e.path())) {
+      if (time < staleBefore) {
+        fs::remove(e.path(), ec1);
+        continue;
+      }
+      total += size; // a live writer's: counted, not evicted
+      continue;
+    }
     all.push_back({e.path(), time, size});
     total += size;
   }
   if (total <= gLimit.load())
-    return;
+    return total;
   std::sort(all.begin(), all.end(), [](const Entry &a, const Entry &b) { return a.time < b.time; });
   for (const Entry &e : all) {
     if (total <= gLimit.load())
@@ -119,6 +149,43 @@ void evict(const std::string &root) {
     fs::remove(e.path, ec);
     total -= e.size; // gone, whether we or another process removed it
   }
+  return total;
+}
+
+// Evicts after a store, scanning only when this process's estimate of the
+// directory's size passes the cap or the last scan is old.
+void evictAfterStore(const std::string &root, uint64_t added) {
+  struct Estimate {
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point scanned;
+    bool known = false;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Estimate> estimates;
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex);
+    Estimate &e = estimates[root];
+    e.bytes += added;
+    if (e.known && e.bytes <= gLimit.load() && now - e.scanned < kRescanEvery)
+      return;
+  }
+  uint64_t left = evict(root);
+  std::lock_guard lock(mutex);
+  estimates[root] = {left, now, true};
+}
+
+// Each refused directory is reported once per process, not at every compile.
+void warnOnce(const CacheWarningSink &warn, const std::string &message) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  {
+    std::lock_guard lock(mutex);
+    if (!said.insert(message).second)
+      return;
+  }
+  if (warn)
+    warn(message);
 }
 
 } // namespace
@@ -141,10 +208,7 @@ std::string toHex(const CacheKey &key) {
 std::optional<ObjectCache> ObjectCache::open(const CacheConfig &config) {
   if (!config.enabled)
     return std::nullopt;
-  auto warn = [&](const std::string &m) {
-    if (config.warn)
-      config.warn(m);
-  };
+  auto warn = [&](const std::string &m) { warnOnce(config.warn, m); };
   const std::string &dir = config.dir;
   if (dir.empty()) {
     warn("no cache directory (HSNN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); kernels are not cached on disk");
@@ -160,24 +224,30 @@ std::optional<ObjectCache> ObjectCache::open(const CacheConfig &config) {
 
 std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const CacheKey &key) const {
   try {
-    return loadUnchecked(category, key);
+    auto entry = loadUnchecked(category, key);
+    if (!entry)
+      return std::nullopt;
+    return std::move(entry->payload);
   } catch (const std::exception &e) { // a cache problem is a miss, never a failure
     warn(fmt::format("cache read failed: {}", e.what()));
     return std::nullopt;
   }
 }
 
-void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const {
+void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
+                        std::string_view description) const {
   try {
-    storeUnchecked(category, key, payload);
+    storeUnchecked(category, key, payload, description.substr(0, kMaxDescription));
   } catch (const std::exception &e) {
     warn(fmt::format("cache write failed: {}", e.what()));
   }
 }
 
-std::optional<std::vector<char>> ObjectCache::loadUnchecked(CacheCategory category, const CacheKey &key) const {
+std::optional<CacheEntry> ObjectCache::loadUnchecked(CacheCategory category, const CacheKey &key) const {
   std::string path = fmt::format("{}/{}/{}.hsnn", dir_, categoryDir(category), toHex(key));
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO planted as an entry must not block the open; it is
+  // then refused as not a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     return std::nullopt;
   std::vector<char> file;
@@ -196,7 +266,7 @@ std::optional<std::vector<char>> ObjectCache::loadUnchecked(CacheCategory catego
     ok = got == file.size();
   }
   ::close(fd);
-  auto reject = [&]() -> std::optional<std::vector<char>> {
+  auto reject = [&]() -> std::optional<CacheEntry> {
     std::error_code ec;
     fs::remove(path, ec); // it will be rewritten with the fresh compile
     return std::nullopt;
@@ -204,31 +274,40 @@ std::optional<std::vector<char>> ObjectCache::loadUnchecked(CacheCategory catego
   if (!ok)
     return reject();
   const char *p = file.data();
-  uint32_t version, cat;
+  uint32_t version, cat, descLen;
   uint64_t size;
   std::memcpy(&version, p + 8, 4);
   std::memcpy(&cat, p + 12, 4);
   std::memcpy(&size, p + 48, 8);
+  std::memcpy(&descLen, p + 88, 4);
   if (std::memcmp(p, kMagic, 8) != 0 || version != kFormatVersion || cat != uint32_t(category) ||
-      std::memcmp(p + 16, key.data(), 32) != 0 || size != file.size() - kHeaderSize)
+      std::memcmp(p + 16, key.data(), 32) != 0 || size != file.size() - kHeaderSize || descLen > size ||
+      descLen > kMaxDescription)
     return reject();
-  CacheKey payloadHash = hashBytes(p + kHeaderSize, size);
-  if (std::memcmp(p + 56, payloadHash.data(), 32) != 0)
+  CacheKey bodyHash = hashBytes(p + kHeaderSize, size);
+  if (std::memcmp(p + 56, bodyHash.data(), 32) != 0)
     return reject();
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // mark recently used for LRU
-  return std::vector<char>(file.begin() + kHeaderSize, file.end());
+  CacheEntry entry;
+  entry.description.assign(p + kHeaderSize, descLen);
+  entry.payload.assign(file.begin() + std::ptrdiff_t(kHeaderSize + descLen), file.end());
+  return entry;
 }
 
-void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const {
+void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
+                                 std::string_view description) const {
+  std::vector<char> body(description.begin(), description.end());
+  body.insert(body.end(), payload.begin(), payload.end());
   std::vector<char> file;
   file.insert(file.end(), kMagic, kMagic + 8);
   put(file, kFormatVersion);
   put(file, uint32_t(category));
   file.insert(file.end(), key.begin(), key.end());
-  put(file, uint64_t(payload.size()));
-  CacheKey h = hashBytes(payload.data(), payload.size());
+  put(file, uint64_t(body.size()));
+  CacheKey h = hashBytes(body.data(), body.size());
   file.insert(file.end(), h.begin(), h.end());
-  file.insert(file.end(), payload.begin(), payload.end());
+  put(file, uint32_t(description.size()));
+  file.insert(file.end(), body.begin(), body.end());
 
   std::string dir = fmt::format("{}/{}", dir_, categoryDir(category));
   std::string tmp = fmt::format("{}/.tmp-{}-{}-{}", dir, toHex(key).substr(0, 16), ::getpid(), std::random_device{}());
@@ -252,8 +331,32 @@ void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, co
     ::unlink(tmp.c_str());
     return;
   }
-  evict(dir_);
+  evictAfterStore(dir_, file.size());
 }
+
+// The description an entry's header names, or "" when it cannot be read.
+std::string readDescription(const fs::path &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    return "";
+  char head[kHeaderSize];
+  std::string desc;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::read(fd, head, kHeaderSize) == ssize_t(kHeaderSize) &&
+      std::memcmp(head, kMagic, 8) == 0) {
+    uint32_t len;
+    std::memcpy(&len, head + 88, 4);
+    if (len <= kMaxDescription) {
+      desc.resize(len);
+      if (::read(fd, desc.data(), len) != ssize_t(len))
+        desc.clear();
+    }
+  }
+  ::close(fd);
+  return desc;
+}
+
+uint64_t cacheScans() { return gScans.load(); }
 
 std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir) {
   std::vector<CacheEntryInfo> out;
@@ -264,7 +367,7 @@ std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir) {
     if (::stat(e.path().c_str(), &st) != 0)
       continue;
     out.push_back({e.path().string(), e.path().parent_path().filename().string(), uint64_t(st.st_size),
-                   int64_t(st.st_mtime)});
+                   int64_t(st.st_mtime), readDescription(e.path())});
   }
   std::sort(out.begin(), out.end(), [](auto &a, auto &b) { return a.lastUsed > b.lastUsed; });
   return out;

@@ -29,6 +29,12 @@ private:
 
 std::string toHex(const CacheKey &key);
 
+/// A verified entry: what it holds and the payload.
+struct CacheEntry {
+  std::string description;
+  std::vector<char> payload;
+};
+
 /// Where a problem with the cache is reported (a problem is never an error:
 /// the cache is then a miss).
 using CacheWarningSink = std::function<void(std::string_view)>;
@@ -54,8 +60,10 @@ public:
   /// truncated or foreign entry is a miss (and is removed).
   std::optional<std::vector<char>> load(CacheCategory category, const CacheKey &key) const;
   /// Writes an entry atomically (temporary file + rename) and evicts least
-  /// recently used entries beyond the size cap.
-  void store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const;
+  /// recently used entries beyond the size cap. `description` says what it
+  /// holds (formulas, dtype, kinds) for `hsnn-jit cache list`.
+  void store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
+             std::string_view description = {}) const;
 
   const std::string &dir() const { return dir_; }
 
@@ -65,8 +73,9 @@ private:
     if (warn_)
       warn_(message);
   }
-  std::optional<std::vector<char>> loadUnchecked(CacheCategory category, const CacheKey &key) const;
-  void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload) const;
+  std::optional<CacheEntry> loadUnchecked(CacheCategory category, const CacheKey &key) const;
+  void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
+                      std::string_view description) const;
   std::string dir_;
   CacheWarningSink warn_;
 };
@@ -77,5 +86,8 @@ std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir);
 Error clearCacheEntries(const std::string &dir, CacheCategory category);
 /// Size cap for every cache in the process.
 void setCacheLimit(uint64_t bytes);
+/// Directory scans for eviction so far in this process (tests check that a
+/// store does not scan every time).
+uint64_t cacheScans();
 
 } // namespace hsnn::detail

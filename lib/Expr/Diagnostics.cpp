@@ -14,11 +14,22 @@ std::string Diagnostic::render() const {
   std::string out = node >= 0 ? fmt::format("node {}: {}: {}", node, level, message) : fmt::format("{}: {}", level, message);
   if (formula.empty())
     return out;
-  out += fmt::format("\n  {}", formula);
+  // A long formula is shown as a window around the cause, elided with "...",
+  // not echoed whole with a caret line as long as it.
+  constexpr size_t kWindow = 100;
+  size_t at = column > 0 ? column - 1 : 0, start = 0, len = std::min(length, kWindow);
+  std::string shown = formula;
+  if (formula.size() > kWindow) {
+    start = at > kWindow / 2 ? std::min(at - kWindow / 2, formula.size() - kWindow) : 0;
+    shown = (start ? "..." : "") + formula.substr(start, kWindow) + (start + kWindow < formula.size() ? "..." : "");
+    len = std::min(len, start + kWindow - std::min(at, start + kWindow));
+  }
+  out += fmt::format("\n  {}", shown);
   if (column > 0) {
-    out += "\n  " + std::string(column - 1, ' ') + "^";
-    if (length > 1)
-      out += std::string(length - 1, '~');
+    size_t pad = at - start + (start ? 3 : 0);
+    out += "\n  " + std::string(pad, ' ') + "^";
+    if (len > 1)
+      out += std::string(len - 1, '~');
   }
   return out;
 }

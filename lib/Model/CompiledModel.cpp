@@ -147,4 +147,19 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
   return std::shared_ptr<const CompiledModel>(std::move(m));
 }
 
+std::string CompiledModel::describe(std::string_view engine, std::span<const KernelKind> built) const {
+  std::string kinds, formulas;
+  for (KernelKind k : built)
+    kinds += (kinds.empty() ? "" : ", ") + std::string(kindName(k));
+  for (const FormulaGroup &g : groups) {
+    formulas += (formulas.empty() ? "" : ", ") + print(g.formula.expr);
+    if (formulas.size() > 200) {
+      formulas = formulas.substr(0, 200) + "...";
+      break;
+    }
+  }
+  return fmt::format("{} {} {} ({}{}): {}", engine, to_string(options.dtype), isLoss ? "loss" : "layer",
+                     isLoss ? "" : fmt::format("{}; ", to_string(options.layout)), kinds, formulas);
+}
+
 } // namespace hsnn::detail

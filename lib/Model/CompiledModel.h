@@ -72,6 +72,9 @@ struct CompiledModel {
   size_t numNodes() const { return nodeGroup.size(); }
   const FormulaGroup &group(size_t node) const { return groups[nodeGroup[node]]; }
   const std::vector<std::string> &constantNames(size_t node) const { return group(node).formula.constants; }
+  /// One line for a cache entry of this model's kernels: "cpu_jit f32
+  /// layer (nodes_major; forward, backward): relu, sin(num)*alpha", cut short.
+  std::string describe(std::string_view engine, std::span<const KernelKind> built) const;
   /// The kinds of this model's mode, in .def order.
   std::span<const KernelKind> kinds() const {
     return isLoss ? std::span<const KernelKind>(kLossKinds) : std::span<const KernelKind>(kActivationKinds);

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -259,4 +260,65 @@ TEST_CASE("clearing by category, listing, and the size cap") {
   REQUIRE(build());
   CHECK(listKernelCache()->empty());
   setKernelCacheLimit(256ull << 20);
+}
+
+TEST_CASE("hostile entries: a FIFO is refused without blocking, stale temporaries are removed") {
+  TempCache c;
+  auto cache = detail::ObjectCache::open({true, c.dir, {}});
+  REQUIRE(cache);
+  detail::CacheKey key{};
+  key[0] = 7;
+  std::string fifo = c.dir + "/cpu/" + detail::toHex(key) + ".hsnn";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(cache->load(CacheCategory::Cpu, key)); // would block forever on a blocking open
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+
+  // A writer killed mid-write leaves .tmp-*; an old one goes at the next scan,
+  // a fresh one (a live writer's) stays.
+  std::string stale = c.dir + "/cpu/.tmp-dead-1-1", fresh = c.dir + "/gpu/.tmp-live-2-2";
+  std::ofstream(stale) << std::string(100, 'x');
+  std::ofstream(fresh) << std::string(100, 'y');
+  auto old = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(stale, old);
+  detail::CacheKey other{};
+  other[0] = 8;
+  detail::setCacheLimit(0); // forces a scan at this store
+  cache->store(CacheCategory::Cpu, other, std::vector<char>(10, 'z'), "test entry");
+  detail::setCacheLimit(256ull << 20);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(fresh));
+}
+
+TEST_CASE("a store does not scan the whole directory each time") {
+  TempCache c;
+  auto cache = detail::ObjectCache::open({true, c.dir, {}});
+  REQUIRE(cache);
+  uint64_t before = detail::cacheScans();
+  for (int i = 0; i < 200; ++i) {
+    detail::CacheKey key{};
+    key[0] = uint8_t(i), key[1] = uint8_t(i >> 8), key[2] = 0x5a;
+    cache->store(CacheCategory::Cpu, key, std::vector<char>(100, char(i)), "entry");
+  }
+  CHECK(detail::cacheScans() - before <= 2); // the first store of the directory, at most one more
+}
+
+TEST_CASE("entries say what they hold; a refused directory is reported once") {
+  if (!jitAvailable())
+    return;
+  TempCache c;
+  REQUIRE(build());
+  auto list = listKernelCache();
+  REQUIRE(list);
+  REQUIRE_FALSE(list->empty());
+  for (const CacheEntryInfo &e : *list)
+    CHECK(e.description.starts_with("cpu_jit f32 layer (nodes_major; forward, backward): "));
+  CHECK(list->front().description.find("sin(num)*alpha") != std::string::npos);
+
+  ::chmod(c.dir.c_str(), 0777); // others may write: refused
+  c.warnings.clear();
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(build({{"tanh", {}}}));
+  CHECK(c.warnings.size() == 1);
+  ::chmod(c.dir.c_str(), 0700);
 }

@@ -52,14 +52,27 @@ expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\
 expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
 expect bench-bad-device 2 $'hsnn-jit bench: error: --device takes cpu, cuda or cuda:N\nTry \'hsnn-jit bench --help\'.' -- bench --device gpu0
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-no-gpu 1 "hsnn-jit bench: error: backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)" -- bench --device cuda:1 --workload W4
+expect bench-reps-huge 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'1e12\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 1e12
+expect bench-reps-junk 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'5x\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 5x
+expect bench-method 2 $'hsnn-jit bench: error: --method takes auto, cpu_jit, cpu_interp or cuda (or the seed\'s CPU_JIT, CPU_PYTHON, GPU_CUDA)\nTry \'hsnn-jit bench --help\'.' -- bench --method jitt
+expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, compile or all", "exit_code": 2}}' -- bench --workload W9 --json
+HSNN_CUDA_LIBRARY=/nonexistent expect bench-json-error 1 "{\"error\": {\"command\": \"bench\", \"message\": \"backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)\", \"exit_code\": 1}}" -- bench --device cuda:1 --workload W4 --json
+expect cache-json-usage 2 "{\"error\": {\"command\": \"cache\", \"message\": \"unknown action 'frob'\", \"exit_code\": 2}}" -- cache frob --json
+long=$(printf "x+%.0s" $(seq 200))tanhh\(x\)$(printf "+x%.0s" $(seq 200))
+expect long-formula 1 $'error: unknown function \'tanhh\'; did you mean \'tanh\'?\n  ...x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+tanhh(x)+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x+x...\n                                                       ^~~~~' -- parse "$long"
 expect info-bad 2 $'hsnn-jit info: error: unexpected argument \'--frob\'\nTry \'hsnn-jit info --help\'.' -- info --frob
 
 # cache clear / stats round trip in a private directory
 export HSNN_CACHE_DIR="$(mktemp -d)/cache"
-expect cache-clear 0 "cleared cpu entries in $HSNN_CACHE_DIR" -- cache clear cpu
+expect cache-clear 0 "removed 0 cpu entries from $HSNN_CACHE_DIR" -- cache clear cpu
+expect cache-clear-again 0 "removed 0 cpu entries from $HSNN_CACHE_DIR" -- cache clear cpu
+expect cache-clear-json 0 "{\"removed\": 0, \"category\": \"all\", \"dir\": \"$HSNN_CACHE_DIR\"}" -- cache clear --json
 expect cache-stats 0 $"dir: $HSNN_CACHE_DIR"$'\ncpu: 0 entries, 0 bytes\ngpu: 0 entries, 0 bytes' -- cache stats
 out=$("$J" info --json 2>&1); code=$?
 if [ $code = 0 ] && [[ "$out" == *'"default_method": '* ]] && [[ "$out" == *"\"cache_dir\": \"$HSNN_CACHE_DIR\""* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info --json: $out"; fi
+# A cache directory whose name is not UTF-8: the JSON stays valid (U+FFFD for the byte).
+out=$(HSNN_CACHE_DIR="$(dirname "$HSNN_CACHE_DIR")/bad"$'\xff'"name" "$J" info --json 2>/dev/null)
+if [[ "$out" == *'bad\ufffdname"'* ]] && ! printf '%s' "$out" | LC_ALL=C grep -q $'\xff'; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info --json non-UTF-8: $out"; fi
 
 # Ahead-of-time compile (only in builds with the LLVM code generator).
 if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1 | grep -q "no LLVM code generator"; then
@@ -72,7 +85,28 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   printf '%s' '{"name": "hub", "mode": "loss", "formula": "huber", "constants": {"delta": 0.5}}' > "$dir/loss.json"
   expect compile-bad-formula 1 $'node 1: error: unknown function \'tanhh\'; did you mean \'tanh\'?\n  tanhh(x)\n  ^~~~~' -- compile "$dir/bad.json" --emit obj -o "$dir/x.o"
   expect compile-bad-repeat 1 "hsnn-jit compile: error: $dir/repeat.json: nodes[0]: \"repeat\" must be an integer from 1 to 1048576" -- compile "$dir/repeat.json" --emit obj
-  expect compile-bad-name 1 "layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
+  expect compile-bad-name 1 "hsnn-jit compile: error: layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
+  printf '%s' '{"name": "l1", "dtyp": "f64", "nodes": [{"formula": "relu"}]}' > "$dir/key.json"
+  printf '%s' '{"name": "l1", "nodes": [{"formula": "relu", "constant": {"a": 1}}]}' > "$dir/nodekey.json"
+  expect compile-unknown-key 1 "hsnn-jit compile: error: $dir/key.json: unknown key \"dtyp\" (known: name, mode, dtype, layout, nodes)" -- compile "$dir/key.json" --emit obj
+  expect compile-unknown-node-key 1 "hsnn-jit compile: error: $dir/nodekey.json: nodes[0]: unknown key \"constant\" (known: formula, constants, repeat)" -- compile "$dir/nodekey.json" --emit obj
+  expect compile-dev-zero 1 "hsnn-jit compile: error: /dev/zero is not a regular file" -- compile /dev/zero --emit obj
+  printf '%0.s[' $(seq 100000) > "$dir/deep.json"
+  expect compile-deep 1 "hsnn-jit compile: error: $dir/deep.json: JSON nested 100000 levels deep; a spec nests at most 32" -- compile "$dir/deep.json" --emit obj
+  printf '{"name": "l1", "nodes": [{"formula": "relu", "constants": %s1%s}]}' "$(printf '%0.s{"a": ' $(seq 50000))" "$(printf '%0.s}' $(seq 50000))" > "$dir/deepconst.json"
+  expect compile-deep-constants 1 "hsnn-jit compile: error: $dir/deepconst.json: JSON nested 50003 levels deep; a spec nests at most 32" -- compile "$dir/deepconst.json" --emit obj
+  for t in bpf amdgcn; do
+    expect compile-target-$t 1 "hsnn-jit compile: error: target '$t' is not supported for CPU kernels: use an x86_64 or aarch64 triple (GPU kernels: --emit ptx)" -- compile "$dir/good.json" --emit obj --target $t -o "$dir/x.o"
+  done
+  expect compile-cpu-i386 1 "hsnn-jit compile: error: CPU 'i386' has no 64-bit mode, which x86_64 code needs (try x86-64 or x86-64-v3)" -- compile "$dir/good.json" --emit obj --cpu i386 -o "$dir/x.o"
+  for a in sm_999 sm_100 sm_120; do
+    expect compile-arch-$a 1 "hsnn-jit compile: error: GPU architecture '$a' is not one LLVM 19.1.7 generates code for (the newest is sm_90a); devices newer than sm_90, such as sm_100 and sm_120, run sm_90 PTX, which their driver assembles" -- compile "$dir/good.json" --emit ptx --gpu-arch $a -o "$dir/x.ptx"
+  done
+  [ ! -e "$dir/x.o" ] && [ ! -e "$dir/x.ptx" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a failed compile left a file"; }
+  "$J" compile "$dir/good.json" --emit header -o - > "$dir/stdout.h" && grep -q 'good_forward' "$dir/stdout.h" && [ ! -e ./- ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL -o - writes to stdout"; }
+  printf '%s' '{"name": "hs", "mode": "loss", "formula": "huber", "reduction": "sum"}' > "$dir/sum.json"
+  "$J" compile "$dir/sum.json" --emit header -o "$dir/sum.h" && "$J" compile "$dir/loss.json" --emit header -o "$dir/mean.h"
+  grep -q 'define HS_REDUCTION_SUM 1' "$dir/sum.h" && grep -q 'define HUB_REDUCTION_MEAN 1' "$dir/mean.h" && grep -q '/ (double)n' "$dir/mean.h" && ! grep -q '/ (double)n' "$dir/sum.h" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL loss reduction in the header"; }
   expect compile-no-emit 2 $'hsnn-jit compile: error: --emit is required (obj, asm, llvm-ir or header)\nTry \'hsnn-jit compile --help\'.' -- compile "$dir/good.json"
   HSNN_PTXAS=/nonexistent/ptxas expect compile-cubin-no-ptxas 1 'hsnn-jit compile: error: /nonexistent/ptxas failed (exit status 127)' -- compile "$dir/good.json" --emit cubin -o "$dir/x.cubin"
   if [ -x /usr/local/cuda/bin/ptxas ]; then

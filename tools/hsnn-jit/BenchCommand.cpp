@@ -35,7 +35,7 @@ namespace {
 
 constexpr const char *kBenchHelp =
     R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|compile|all] [--dtype f32|f64|both]
-                      [--method auto|jit|interp|cuda] [--device cpu|cuda|cuda:N]
+                      [--method auto|cpu_jit|cpu_interp|cuda] [--device cpu|cuda|cuda:N]
                       [--threads N] [--reps N] [--json]
 
 Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
@@ -340,10 +340,15 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
 
 } // namespace
 
+// More repetitions than this is a typo (1e12 would run for weeks).
+constexpr int kMaxReps = 10000;
+
 int runBench(std::span<const std::string_view> args) {
   if (args.size() == 1 && args[0] == "--cache-hit-probe")
     return cacheHitProbe();
   BenchOptions o;
+  bool json = wantsJson(args);
+  auto usage = [&](std::string_view m) { return usageError("bench", m, json); };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     auto value = [&]() -> std::optional<std::string_view> {
@@ -357,33 +362,37 @@ int runBench(std::span<const std::string_view> args) {
     } else if (a == "--workload") {
       auto v = value();
       if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "compile" && *v != "all"))
-        return usageError("bench", "--workload takes W1, W2, W3, W4, compile or all");
+        return usage("--workload takes W1, W2, W3, W4, compile or all");
       o.workload = std::string(*v);
     } else if (a == "--dtype") {
       auto v = value();
       if (!v || (*v != "f32" && *v != "f64" && *v != "both"))
-        return usageError("bench", "--dtype takes f32, f64 or both");
+        return usage("--dtype takes f32, f64 or both");
       o.dtypes = *v == "f32" ? std::vector{DType::F32} : *v == "f64" ? std::vector{DType::F64} : std::vector{DType::F32, DType::F64};
     } else if (a == "--method") {
       auto v = value();
-      if (!v || (*v != "auto" && *v != "interp" && *v != "jit" && *v != "cuda"))
-        return usageError("bench", "--method takes auto, jit, interp or cuda");
-      o.method = *v == "interp" ? Method::CpuInterp : *v == "jit" ? Method::CpuJit : *v == "cuda" ? Method::Cuda : Method::Auto;
+      // The library's names (cpu_jit, cpu_interp, the seed's GPU_CUDA, ...), and jit as short for cpu_jit.
+      auto m = v ? parseMethod(*v == "jit" ? "cpu_jit" : *v) : Expected<Method>(Error(ErrorCode::InvalidArgument, ""));
+      if (!m)
+        return usage("--method takes auto, cpu_jit, cpu_interp or cuda (or the seed's CPU_JIT, CPU_PYTHON, GPU_CUDA)");
+      o.method = *m;
     } else if (a == "--device") {
       auto v = value();
       if (!v || !(*v == "cpu" || *v == "cuda" ||
                   (v->starts_with("cuda:") && v->size() > 5 &&
                    v->find_first_not_of("0123456789", 5) == std::string_view::npos)))
-        return usageError("bench", "--device takes cpu, cuda or cuda:N");
+        return usage("--device takes cpu, cuda or cuda:N");
       o.device = std::string(*v);
     } else if (a == "--threads" || a == "--reps") {
       auto v = value();
       int n = 0;
-      if (!v || std::from_chars(v->data(), v->data() + v->size(), n).ec != std::errc() || n <= 0)
-        return usageError("bench", fmt::format("{} takes a positive integer", a));
+      const int most = a == "--reps" ? kMaxReps : 1024;
+      auto [end, ec] = v ? std::from_chars(v->data(), v->data() + v->size(), n) : std::from_chars_result{};
+      if (!v || ec != std::errc() || end != v->data() + v->size() || n <= 0 || n > most)
+        return usage(fmt::format("{} takes a whole number from 1 to {}, got '{}'", a, most, v ? *v : ""));
       (a == "--threads" ? (int &)o.threads : o.reps) = n;
     } else {
-      return usageError("bench", fmt::format("unknown argument '{}'", a));
+      return usage(fmt::format("unknown argument '{}'", a));
     }
   }
 
@@ -394,10 +403,7 @@ int runBench(std::span<const std::string_view> args) {
   CompileResult compile;
   GpuCompileResult gpuCompile;
   bool gpu = o.device != "cpu";
-  auto failed = [](const Error &e) {
-    fmt::print(stderr, "hsnn-jit bench: error: {}\n", e.message());
-    return BadInput;
-  };
+  auto failed = [&](const Error &e) { return reportError("bench", e.message(), BadInput, json); };
   if (gpu) {
     o.method = Method::Cuda;
     if (auto backend = getBackend(o.device); !backend)

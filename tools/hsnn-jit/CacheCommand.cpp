@@ -4,6 +4,7 @@
 #include "hsnn/Cache.h"
 #include "hsnn/Runtime.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <thread>
 
@@ -12,7 +13,7 @@ namespace hsnn::cli {
 namespace {
 constexpr const char *kCacheHelp = R"(usage: hsnn-jit cache list|stats|clear [all|cpu|gpu] [--json]
 
-  list    the entries, most recently used first
+  list    the entries, most recently used first, with what each holds
   stats   entry count and total size per category
   clear   remove the entries of a category (default: all)
 The directory is HSNN_CACHE_DIR, else $XDG_CACHE_HOME/hsnn, else ~/.cache/hsnn.
@@ -27,50 +28,62 @@ GPUs, the default method, and the cache directory and size.
 
 int runCache(std::span<const std::string_view> args) {
   std::string_view action, category = "all";
-  bool json = false;
+  bool json = wantsJson(args);
   for (std::string_view a : args) {
     if (a == "-h" || a == "--help") {
       fmt::print("{}", kCacheHelp);
       return Ok;
     }
     if (a == "--json")
-      json = true;
+      continue;
     else if (action.empty())
       action = a;
     else if (action == "clear" && (a == "all" || a == "cpu" || a == "gpu"))
       category = a;
     else
-      return usageError("cache", fmt::format("unexpected argument '{}'", a));
+      return usageError("cache", fmt::format("unexpected argument '{}'", a), json);
   }
   if (action != "list" && action != "stats" && action != "clear")
-    return usageError("cache", action.empty() ? "expected list, stats or clear" : fmt::format("unknown action '{}'", action));
+    return usageError("cache", action.empty() ? "expected list, stats or clear" : fmt::format("unknown action '{}'", action),
+                      json);
 
   if (action == "clear") {
+    // The same report and exit code whether or not there was anything to remove.
     CacheCategory c = category == "cpu" ? CacheCategory::Cpu : category == "gpu" ? CacheCategory::Gpu : CacheCategory::All;
-    if (Error e = clearKernelCache(c)) {
-      fmt::print(stderr, "hsnn-jit cache: error: {}\n", e.message());
-      return BadInput;
-    }
-    fmt::print("cleared {} entries in {}\n", category, kernelCacheDir());
+    auto count = [&]() -> size_t {
+      auto all = listKernelCache();
+      if (!all)
+        return 0;
+      return size_t(std::count_if(all->begin(), all->end(),
+                                  [&](const CacheEntryInfo &e) { return category == "all" || e.category == category; }));
+    };
+    size_t before = count();
+    if (Error e = clearKernelCache(c))
+      return reportError("cache", e.message(), BadInput, json);
+    size_t removed = before - std::min(before, count());
+    if (json)
+      fmt::print("{{\"removed\": {}, \"category\": \"{}\", \"dir\": {}}}\n", removed, category, jsonQuote(kernelCacheDir()));
+    else
+      fmt::print("removed {} {} entr{} from {}\n", removed, category == "all" ? "cache" : category, removed == 1 ? "y" : "ies",
+                 kernelCacheDir());
     return Ok;
   }
   auto entries = listKernelCache();
-  if (!entries) {
-    fmt::print(stderr, "hsnn-jit cache: error: {}\n", entries.error().message());
-    return BadInput;
-  }
+  if (!entries)
+    return reportError("cache", entries.error().message(), BadInput, json);
   if (action == "list") {
     if (json) {
       fmt::print("[");
       for (size_t i = 0; i < entries->size(); ++i) {
         const CacheEntryInfo &e = (*entries)[i];
-        fmt::print("{}{{\"path\": {}, \"category\": \"{}\", \"bytes\": {}, \"last_used\": {}}}", i ? ", " : "",
-                   jsonQuote(e.path), e.category, e.bytes, e.lastUsed);
+        fmt::print("{}{{\"path\": {}, \"category\": \"{}\", \"bytes\": {}, \"last_used\": {}, \"holds\": {}}}",
+                   i ? ", " : "", jsonQuote(e.path), e.category, e.bytes, e.lastUsed, jsonQuote(e.description));
       }
       fmt::print("]\n");
     } else {
       for (const CacheEntryInfo &e : *entries)
-        fmt::print("{:<4} {:>9} {}\n", e.category, e.bytes, e.path);
+        fmt::print("{:<4} {:>9} {}\n     {}\n", e.category, e.bytes, e.path,
+                   e.description.empty() ? "(unreadable header)" : e.description);
     }
     return Ok;
   }
@@ -90,15 +103,14 @@ int runCache(std::span<const std::string_view> args) {
 }
 
 int runInfo(std::span<const std::string_view> args) {
-  bool json = false;
+  bool json = wantsJson(args);
   for (std::string_view a : args) {
     if (a == "-h" || a == "--help") {
       fmt::print("{}", kInfoHelp);
       return Ok;
     }
     if (a != "--json")
-      return usageError("info", fmt::format("unexpected argument '{}'", a));
-    json = true;
+      return usageError("info", fmt::format("unexpected argument '{}'", a), json);
   }
   const RuntimeInfo &i = runtimeInfo();
   RuntimeFlags f = runtimeFlags();

@@ -7,9 +7,14 @@
 #include <llvm/Support/JSON.h>
 #include <llvm/Support/MemoryBuffer.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fmt/format.h>
@@ -32,8 +37,10 @@ Compiles a layer or loss described in SPEC.json ahead of time:
    "constants": {"delta": 0.5}, "reduction": "mean"}
 obj + header give C entry points that need no LLVM, TBB or hsnn at link time
 (link with -lmvec -lm); see the header for the ABI. ptx: GPU kernels for
---gpu-arch (default sm_80), no GPU needed; cubin runs ptxas on it. OUT defaults to NAME.o, NAME.s,
-NAME.ll, NAME.h or NAME.ptx. --cpu defaults to this machine's CPU.
+--gpu-arch (what LLVM 19 knows, sm_50..sm_90a; default sm_80), no GPU needed; cubin runs ptxas on
+it. OUT defaults to NAME.o, NAME.s, NAME.ll, NAME.h, NAME.ptx or NAME.cubin;
+-o - writes to standard output. --target takes x86_64 and aarch64 triples;
+--cpu defaults to this machine's CPU. Unknown keys in SPEC are errors.
 )";
 
 struct Spec {
@@ -65,12 +72,89 @@ std::optional<std::map<std::string, double>> readConstants(const llvm::json::Obj
   return out;
 }
 
+constexpr size_t kMaxSpecBytes = 16 << 20;
+constexpr unsigned kMaxSpecNesting = 32;
+
+// The spec's text: a regular file of at most kMaxSpecBytes (a device such as
+// /dev/zero or a FIFO would never end), or the reason it cannot be read.
+std::variant<std::string, std::string> readSpecText(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
+    return std::variant<std::string, std::string>(std::in_place_index<1>,
+                                                  fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  struct stat st;
+  std::string why;
+  if (::fstat(fd, &st) != 0)
+    why = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    why = fmt::format("{} is not a regular file", path);
+  else if (size_t(st.st_size) > kMaxSpecBytes)
+    why = fmt::format("{} is {} bytes; a spec may have at most {}", path, st.st_size, kMaxSpecBytes);
+  std::string text;
+  if (why.empty()) {
+    text.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n <= 0)
+        break;
+      got += size_t(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  if (!why.empty())
+    return std::variant<std::string, std::string>(std::in_place_index<1>, why);
+  return std::variant<std::string, std::string>(std::in_place_index<0>, std::move(text));
+}
+
+// How deep arrays and objects nest, outside strings: checked before the
+// (recursive) JSON parser sees the text.
+unsigned jsonNesting(std::string_view text) {
+  unsigned depth = 0, most = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+    } else if ((c == ']' || c == '}') && depth) {
+      --depth;
+    }
+  }
+  return most;
+}
+
+// A key the spec format does not have is an error: "dtyp" would otherwise
+// silently give the default.
+std::optional<std::string> unknownKey(const llvm::json::Object &o, std::initializer_list<std::string_view> known,
+                                      const std::string &where) {
+  for (const auto &kv : o) {
+    std::string k = kv.first.str();
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (std::string_view n : known)
+        list += (list.empty() ? "" : ", ") + std::string(n);
+      return fmt::format("{}: unknown key \"{}\" (known: {})", where, k, list);
+    }
+  }
+  return std::nullopt;
+}
+
 // Parses and checks a spec; on failure returns the message.
 std::variant<Spec, std::string> readSpec(const std::string &path) {
-  auto buf = llvm::MemoryBuffer::getFile(path);
-  if (!buf)
-    return fmt::format("cannot read {}: {}", path, buf.getError().message());
-  auto json = llvm::json::parse((*buf)->getBuffer());
+  auto text = readSpecText(path);
+  if (text.index() == 1)
+    return std::get<1>(text);
+  if (unsigned depth = jsonNesting(std::get<0>(text)); depth > kMaxSpecNesting)
+    return fmt::format("{}: JSON nested {} levels deep; a spec nests at most {}", path, depth, kMaxSpecNesting);
+  auto json = llvm::json::parse(std::get<0>(text));
   if (!json)
     return fmt::format("{}: invalid JSON: {}", path, llvm::toString(json.takeError()));
   const llvm::json::Object *o = json->getAsObject();
@@ -101,6 +185,10 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
   if (!reduction || (*reduction != "mean" && *reduction != "sum" && *reduction != "none"))
     return fmt::format("{}: \"reduction\" must be \"mean\", \"sum\" or \"none\"", path);
   s.mode = *mode == "loss" ? FormulaMode::Loss : FormulaMode::Activation;
+  if (auto e = s.mode == FormulaMode::Loss
+                   ? unknownKey(*o, {"name", "mode", "dtype", "formula", "constants", "reduction"}, path)
+                   : unknownKey(*o, {"name", "mode", "dtype", "layout", "nodes"}, path))
+    return *e;
   s.dtype = *dtype == "f64" ? DType::F64 : DType::F32;
   s.layout = *layout == "batch_major" ? Layout::BatchMajor : Layout::NodesMajor;
   s.reduction = *reduction == "sum" ? Reduction::Sum : *reduction == "none" ? Reduction::None : Reduction::Mean;
@@ -110,6 +198,8 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     if (!f || f->empty())
       return fmt::format("{}: a loss needs \"formula\" (a string)", path);
     s.formula = *f;
+    if (o->get("constants") && !o->getObject("constants"))
+      return fmt::format("{}: \"constants\" must be an object of numbers", path);
     auto c = readConstants(o->getObject("constants"), path, err);
     if (!c)
       return err;
@@ -124,9 +214,13 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     const llvm::json::Object *n = (*nodes)[i].getAsObject();
     if (!n)
       return where + ": each node must be an object";
+    if (auto e = unknownKey(*n, {"formula", "constants", "repeat"}, where))
+      return *e;
     auto f = n->getString("formula");
     if (!f)
       return where + ": \"formula\" (a string) is required";
+    if (n->get("constants") && !n->getObject("constants"))
+      return where + ": \"constants\" must be an object of numbers";
     auto c = readConstants(n->getObject("constants"), where, err);
     if (!c)
       return err;
@@ -169,6 +263,24 @@ int runProgram(const std::vector<std::string> &argv) {
   if (pid < 0 || ::waitpid(pid, &status, 0) < 0)
     return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Writes the result to `path`, or to standard output for "-"; reports a failure.
+bool writeOutput(const std::string &path, std::string_view bytes) {
+  if (path == "-") {
+    if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0)
+      return true;
+    fmt::print(stderr, "hsnn-jit compile: error: cannot write to standard output\n");
+    return false;
+  }
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  f.close();
+  if (f.good())
+    return true;
+  fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
+  std::remove(path.c_str());
+  return false;
 }
 
 } // namespace
@@ -241,56 +353,57 @@ int runCompile(std::span<const std::string_view> args) {
     return BadInput;
   }
   Spec &s = std::get<Spec>(spec);
+  auto fail = [](std::string_view message) {
+    fmt::print(stderr, "hsnn-jit compile: error: {}\n", message);
+    return BadInput;
+  };
+  // Formula diagnostics come rendered (node, caret); other errors get the prefix.
+  auto failWith = [&](const Error &e) {
+    if (e.code() == ErrorCode::InvalidFormula) {
+      fmt::print(stderr, "{}\n", e.message());
+      return BadInput;
+    }
+    return fail(e.message());
+  };
   if (*emit == "ptx" || *emit == "cubin") {
     auto ptx = s.mode == FormulaMode::Loss ? compileLossPtx(s.name, s.formula, s.constants, s.dtype, gpuArch, o.optLevel)
                                            : compileLayerPtx(s.name, s.nodes, s.dtype, gpuArch, o.optLevel);
-    if (!ptx) {
-      fmt::print(stderr, "{}\n", ptx.error().message());
-      return BadInput;
-    }
+    if (!ptx)
+      return failWith(ptx.error());
     if (verbose)
       fmt::print(stderr, "read spec, parse, differentiate, emit, optimise and generate PTX: {:.2f} ms\n", elapsed());
-    std::string path = *emit == "ptx" ? out.value_or(s.name + ".ptx") : out.value_or(s.name + ".cubin") + ".ptx";
-    {
-      std::ofstream f(path);
-      f << *ptx;
-      if (!f.good()) {
-        fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
-        return BadInput;
-      }
+    if (*emit == "ptx")
+      return writeOutput(out.value_or(s.name + ".ptx"), *ptx) ? Ok : BadInput;
+    // The PTX goes through ptxas as an argument list, never a shell, in a
+    // private directory that is removed whatever happens.
+    char dir[] = "/tmp/hsnn-cubin-XXXXXX";
+    if (!::mkdtemp(dir))
+      return fail(fmt::format("cannot create a temporary directory: {}", std::strerror(errno)));
+    std::string ptxPath = std::string(dir) + "/kernels.ptx", cubinPath = std::string(dir) + "/kernels.cubin";
+    int status = writeOutput(ptxPath, *ptx) ? runProgram({ptxas, "-arch=" + gpuArch, ptxPath, "-o", cubinPath}) : -2;
+    std::string cubin;
+    if (status == 0) {
+      std::ifstream in(cubinPath, std::ios::binary);
+      cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    if (*emit == "cubin") {
-      // The PTX goes through ptxas as an argument list, never a shell.
-      std::string cubin = out.value_or(s.name + ".cubin");
-      int status = runProgram({ptxas, "-arch=" + gpuArch, path, "-o", cubin});
-      std::remove(path.c_str());
-      if (status != 0) {
-        fmt::print(stderr, "hsnn-jit compile: error: {} failed (exit status {})\n", ptxas, status);
-        return BadInput;
-      }
-    }
-    return Ok;
+    std::remove(ptxPath.c_str());
+    std::remove(cubinPath.c_str());
+    ::rmdir(dir);
+    if (status != 0)
+      return fail(fmt::format("{} failed (exit status {})", ptxas, status));
+    return writeOutput(out.value_or(s.name + ".cubin"), cubin) ? Ok : BadInput;
   }
+  o.reduction = s.reduction;
   auto artifact = s.mode == FormulaMode::Loss ? compileLossAot(s.name, s.formula, s.constants, s.dtype, o)
                                               : compileLayerAot(s.name, s.nodes, s.dtype, s.layout, o);
-  if (!artifact) {
-    fmt::print(stderr, "{}\n", artifact.error().message());
-    return BadInput;
-  }
+  if (!artifact)
+    return failWith(artifact.error());
   if (verbose)
     fmt::print(stderr, "read spec, parse, differentiate, emit, optimise and generate code: {:.2f} ms\n", elapsed());
   std::string ext = *emit == "obj" ? ".o" : *emit == "asm" ? ".s" : *emit == "llvm-ir" ? ".ll" : ".h";
-  std::string path = out.value_or(s.name + ext);
-  std::ofstream f(path, std::ios::binary);
-  if (*emit == "header")
-    f << artifact->header;
-  else
-    f.write(artifact->bytes.data(), std::streamsize(artifact->bytes.size()));
-  if (!f.good()) {
-    fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
-    return BadInput;
-  }
-  return Ok;
+  std::string_view bytes = *emit == "header" ? std::string_view(artifact->header)
+                                             : std::string_view(artifact->bytes.data(), artifact->bytes.size());
+  return writeOutput(out.value_or(s.name + ext), bytes) ? Ok : BadInput;
 }
 
 } // namespace hsnn::cli

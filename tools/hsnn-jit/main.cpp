@@ -1,6 +1,8 @@
 //===- tools/hsnn-jit/main.cpp - The hsnn command-line tool ---------------===//
 #include "Commands.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fmt/format.h>
 #include <vector>
@@ -10,22 +12,66 @@
 
 namespace hsnn::cli {
 
-int usageError(std::string_view command, std::string_view message) {
+int usageError(std::string_view command, std::string_view message, bool json) {
+  if (json)
+    return reportError(command, message, BadUsage, true);
   fmt::print(stderr, "hsnn-jit{}{}: error: {}\nTry 'hsnn-jit{}{} --help'.\n", command.empty() ? "" : " ", command,
              message, command.empty() ? "" : " ", command);
   return BadUsage;
 }
 
+int reportError(std::string_view command, std::string_view message, int exitCode, bool json) {
+  if (json)
+    fmt::print("{{\"error\": {{\"command\": {}, \"message\": {}, \"exit_code\": {}}}}}\n", jsonQuote(command),
+               jsonQuote(message), exitCode);
+  else
+    fmt::print(stderr, "hsnn-jit{}{}: error: {}\n", command.empty() ? "" : " ", command, message);
+  return exitCode;
+}
+
+bool wantsJson(std::span<const std::string_view> args) {
+  return std::find(args.begin(), args.end(), "--json") != args.end();
+}
+
+namespace {
+// Length of the well-formed UTF-8 sequence at s[i], or 0 (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF).
+size_t utf8Length(std::string_view s, size_t i) {
+  auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = at(i);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size())
+    return 0;
+  uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+  for (size_t k = 1; k < n; ++k) {
+    if ((at(i + k) & 0xC0) != 0x80)
+      return 0;
+    cp = cp << 6 | (at(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+} // namespace
+
 std::string jsonQuote(std::string_view s) {
   std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", int(c));
+  for (size_t i = 0; i < s.size();) {
+    char c = s[i];
+    size_t n = utf8Length(s, i);
+    if (n == 0) { // a byte that is not UTF-8 (a file name can hold any): U+FFFD, so the JSON stays valid
+      out += "\\ufffd";
+      ++i;
       continue;
     }
-    out += c;
+    if (n == 1 && (c == '"' || c == '\\'))
+      out += '\\';
+    if (n == 1 && static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", int(c));
+    else
+      out.append(s.substr(i, n));
+    i += n;
   }
   return out + "\"";
 }
