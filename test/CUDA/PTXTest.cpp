@@ -8,6 +8,7 @@
 #include "Model/CompiledModel.h"
 #include "TestUtil.h"
 
+#include "hsnn/AOT.h"
 #include "hsnn/Layer.h"
 
 #include <cstdio>
@@ -140,4 +141,26 @@ TEST_CASE("a bad GPU architecture is a clear error") {
   auto ptx = detail::compilePtx(r.spec, {.arch = "gfx90a"});
   REQUIRE_FALSE(ptx);
   CHECK(ptx.error().message() == "GPU architecture 'gfx90a' is not of the form sm_XY");
+}
+
+TEST_CASE("ahead-of-time targets and GPU architectures LLVM cannot serve are errors, not a stopped process") {
+  std::vector<NodeSpec> nodes = {{"gelu", {}}};
+  for (const char *triple : {"bpf", "amdgcn", "i386-pc-linux-gnu"}) {
+    CAPTURE(triple);
+    auto r = compileLayerAot("l", nodes, DType::F32, Layout::NodesMajor, {.triple = triple});
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message() == fmt::format("target '{}' is not supported for CPU kernels: use an x86_64 or aarch64 "
+                                             "triple (GPU kernels: --emit ptx)",
+                                             triple));
+  }
+  auto i386 = compileLossAot("l", "mse", {}, DType::F32, {.triple = "x86_64-pc-linux-gnu", .cpu = "i386"});
+  REQUIRE_FALSE(i386);
+  CHECK(i386.error().message() == "CPU 'i386' has no 64-bit mode, which x86_64 code needs (try x86-64 or x86-64-v3)");
+  REQUIRE_OK_EXPECTED(compileLayerAot("l", nodes, DType::F32, Layout::NodesMajor, {.triple = "aarch64-linux-gnu"}));
+  for (const char *arch : {"sm_999", "sm_100", "sm_120"}) {
+    CAPTURE(arch);
+    auto ptx = compileLayerPtx("l", nodes, DType::F32, arch);
+    REQUIRE_FALSE(ptx);
+    CHECK(ptx.error().message().starts_with(fmt::format("GPU architecture '{}' is not one LLVM", arch)));
+  }
 }
