@@ -1,0 +1,407 @@
+//===- python/src/Module.cpp - hsnn for Python (pybind11) -----------------===//
+//
+// The C++ API with NumPy arrays: ActivationLayer and Loss over C-contiguous
+// float32/float64 arrays, checked (shape, dtype, contiguity) with clear
+// exceptions before any kernel runs; the GIL is released while kernels run.
+// Errors map to Python exceptions: formula errors to hsnn.FormulaError (with
+// node, position and the caret text), bad arguments to ValueError,
+// unsupported requests to RuntimeError.
+//
+//===----------------------------------------------------------------------===//
+#include <hsnn/Formula.h>
+#include <hsnn/Layer.h>
+#include <hsnn/Runtime.h>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <string>
+
+namespace py = pybind11;
+using namespace hsnn;
+
+namespace {
+
+py::object gFormulaError; // hsnn.FormulaError, set by the package at import
+
+// Raises the Python exception for an Error (which must be a failure).
+[[noreturn]] void raise(const Error &e) {
+  if (e.code() == ErrorCode::InvalidFormula && gFormulaError) {
+    // The first diagnostic gives the node and column: "node N: error: ..."
+    // then the formula and the caret line.
+    const std::string &m = e.message();
+    int node = -1;
+    size_t column = 0;
+    if (m.rfind("node ", 0) == 0)
+      node = std::atoi(m.c_str() + 5);
+    size_t caretLine = m.find("\n  ", m.find("\n  ") + 1);
+    if (caretLine != std::string::npos) {
+      size_t caret = m.find('^', caretLine);
+      if (caret != std::string::npos)
+        column = caret - caretLine - 3 + 1;
+    }
+    PyErr_SetObject(gFormulaError.ptr(), gFormulaError(m, node == -1 ? py::none() : py::object(py::int_(node)),
+                                                       column ? py::object(py::int_(column)) : py::none())
+                                             .ptr());
+    throw py::error_already_set();
+  }
+  if (e.code() == ErrorCode::InvalidArgument || e.code() == ErrorCode::InvalidFormula)
+    throw py::value_error(e.message());
+  throw std::runtime_error(e.message());
+}
+
+void check(const Error &e) {
+  if (e)
+    raise(e);
+}
+template <class T> T take(Expected<T> v) {
+  if (!v)
+    raise(v.error());
+  return std::move(*v);
+}
+
+// "float32", numpy.float32 or numpy.dtype("float32") (and "f32"); float64 the same.
+DType parseDType(const py::object &d) {
+  std::string s;
+  try {
+    s = py::str(py::module_::import("numpy").attr("dtype")(d));
+  } catch (py::error_already_set &) {
+    s = py::str(d);
+  }
+  if (s == "float32" || s == "f32")
+    return DType::F32;
+  if (s == "float64" || s == "f64")
+    return DType::F64;
+  throw py::value_error("dtype must be float32 or float64, got '" + s + "'");
+}
+Layout parseLayout(const std::string &s) {
+  if (s == "nodes_major")
+    return Layout::NodesMajor;
+  if (s == "batch_major")
+    return Layout::BatchMajor;
+  throw py::value_error("layout must be 'nodes_major' or 'batch_major', got '" + s + "'");
+}
+Reduction parseReduction(const std::string &s) {
+  if (s == "mean")
+    return Reduction::Mean;
+  if (s == "sum")
+    return Reduction::Sum;
+  if (s == "none")
+    return Reduction::None;
+  throw py::value_error("reduction must be 'mean', 'sum' or 'none', got '" + s + "'");
+}
+Method parseMethodName(const std::string &s) { return take(parseMethod(s)); }
+
+const char *numpyName(DType d) { return d == DType::F32 ? "float32" : "float64"; }
+
+// An input array as the kernels need it: the layer's dtype, C-contiguous,
+// and the shape given.
+void checkArray(const py::array &a, const char *name, DType dtype, const std::vector<py::ssize_t> &shape) {
+  py::dtype want = dtype == DType::F32 ? py::dtype::of<float>() : py::dtype::of<double>();
+  if (!a.dtype().is(want))
+    throw py::value_error(std::string("'") + name + "' has dtype " + std::string(py::str(a.dtype())) + "; expected " +
+                          numpyName(dtype));
+  if (!(a.flags() & py::array::c_style))
+    throw py::value_error(std::string("'") + name + "' is not C-contiguous; pass numpy.ascontiguousarray(" + name + ")");
+  std::vector<py::ssize_t> got(a.shape(), a.shape() + a.ndim());
+  if (got != shape) {
+    auto text = [](const std::vector<py::ssize_t> &s) {
+      std::string t = "(";
+      for (size_t i = 0; i < s.size(); ++i)
+        t += (i ? ", " : "") + std::to_string(s[i]);
+      return t + (s.size() == 1 ? ",)" : ")");
+    };
+    throw py::value_error(std::string("'") + name + "' has shape " + text(got) + "; expected " + text(shape));
+  }
+}
+
+template <class T> std::span<T> span(py::array &a) { return {static_cast<T *>(a.mutable_data()), size_t(a.size())}; }
+template <class T> std::span<const T> cspan(const py::array &a) {
+  return {static_cast<const T *>(a.data()), size_t(a.size())};
+}
+
+std::vector<NodeSpec> readNodes(const py::iterable &nodes) {
+  std::vector<NodeSpec> out;
+  for (py::handle h : nodes) {
+    if (py::isinstance<py::str>(h)) {
+      out.push_back({h.cast<std::string>(), {}});
+      continue;
+    }
+    auto t = h.cast<py::tuple>();
+    if (t.size() != 2)
+      throw py::value_error("each node is a formula or a (formula, constants) pair");
+    std::map<std::string, double> c;
+    if (!t[1].is_none())
+      c = t[1].cast<std::map<std::string, double>>();
+    out.push_back({t[0].cast<std::string>(), std::move(c)});
+  }
+  return out;
+}
+
+py::dict compileInfoDict(const CompileInfo &i) {
+  py::dict d;
+  d["method"] = std::string(to_string(i.method));
+  d["parse_ms"] = i.parseMs;
+  d["diff_ms"] = i.diffMs;
+  d["emit_ms"] = i.emitMs;
+  d["optimize_ms"] = i.optimizeMs;
+  d["codegen_ms"] = i.codegenMs;
+  d["load_ms"] = i.loadMs;
+  d["cache_hit"] = i.cacheHit;
+  d["object_bytes"] = i.objectBytes;
+  return d;
+}
+
+// A layer over (nodes, batch) or (batch, nodes) arrays.
+struct PyLayer {
+  ActivationLayer layer;
+
+  std::vector<py::ssize_t> shapeFor(const py::array &z) const {
+    if (z.ndim() != 2)
+      throw py::value_error("'z' must be 2-D: (nodes, batch) for nodes_major, (batch, nodes) for batch_major");
+    py::ssize_t nodes = py::ssize_t(layer.numNodes());
+    bool nm = layer.layout() == Layout::NodesMajor;
+    py::ssize_t batch = nm ? z.shape(0) == nodes ? z.shape(1) : -1 : z.shape(1) == nodes ? z.shape(0) : -1;
+    if (batch < 0)
+      throw py::value_error("'z' has " + std::to_string(nm ? z.shape(0) : z.shape(1)) + " nodes along axis " +
+                            (nm ? "0" : "1") + "; the layer has " + std::to_string(nodes));
+    return nm ? std::vector<py::ssize_t>{nodes, batch} : std::vector<py::ssize_t>{batch, nodes};
+  }
+  size_t batchOf(const std::vector<py::ssize_t> &shape) const {
+    return size_t(layer.layout() == Layout::NodesMajor ? shape[1] : shape[0]);
+  }
+  py::array output(const std::vector<py::ssize_t> &shape) const {
+    return layer.dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+  }
+  py::array outputOr(const py::object &out, const char *name, const std::vector<py::ssize_t> &shape) const {
+    if (out.is_none())
+      return output(shape);
+    py::array a = out.cast<py::array>();
+    checkArray(a, name, layer.dtype(), shape);
+    if (!a.writeable())
+      throw py::value_error(std::string("'") + name + "' is read-only");
+    return a;
+  }
+
+  template <class T> Error run3(int kind, const py::array &z, const py::array *err, py::array &o0, py::array *o1,
+                               size_t batch) const {
+    py::gil_scoped_release unlocked;
+    if (kind == 0)
+      return layer.forward(cspan<T>(z), span<T>(o0), batch);
+    if (kind == 1)
+      return layer.backward(cspan<T>(z), cspan<T>(*err), span<T>(o0), batch);
+    return layer.fused(cspan<T>(z), span<T>(o0), span<T>(*o1), batch);
+  }
+  Error run(int kind, const py::array &z, const py::array *err, py::array &o0, py::array *o1, size_t batch) const {
+    return layer.dtype() == DType::F32 ? run3<float>(kind, z, err, o0, o1, batch) : run3<double>(kind, z, err, o0, o1, batch);
+  }
+
+  py::array forward(const py::array &z, const py::object &out) const {
+    auto shape = shapeFor(z);
+    checkArray(z, "z", layer.dtype(), shape);
+    py::array a = outputOr(out, "out", shape);
+    check(run(0, z, nullptr, a, nullptr, batchOf(shape)));
+    return a;
+  }
+  py::array backward(const py::array &z, const py::array &err, const py::object &out) const {
+    auto shape = shapeFor(z);
+    checkArray(z, "z", layer.dtype(), shape);
+    checkArray(err, "err", layer.dtype(), shape);
+    py::array d = outputOr(out, "out", shape);
+    check(run(1, z, &err, d, nullptr, batchOf(shape)));
+    return d;
+  }
+  py::tuple fused(const py::array &z) const {
+    auto shape = shapeFor(z);
+    checkArray(z, "z", layer.dtype(), shape);
+    py::array a = output(shape), d = output(shape);
+    check(run(2, z, nullptr, a, &d, batchOf(shape)));
+    return py::make_tuple(a, d);
+  }
+};
+
+// A loss over arrays of any shape (y_pred and y_true of the same shape).
+struct PyLoss {
+  Loss loss;
+
+  void checkPair(const py::array &yp, const py::array &yt) const {
+    std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());
+    checkArray(yp, "y_pred", loss.dtype(), shape);
+    checkArray(yt, "y_true", loss.dtype(), shape);
+  }
+  py::array like(const py::array &yp) const {
+    std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());
+    return loss.dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+  }
+  template <class T> Expected<double> call(int kind, const py::array &yp, const py::array &yt, py::array *out) const {
+    py::gil_scoped_release unlocked;
+    auto p = cspan<T>(yp), t = cspan<T>(yt);
+    switch (kind) {
+    case 0:
+      return loss.forward(p, t);
+    case 1:
+      if (Error e = loss.forwardElements(p, t, span<T>(*out)))
+        return e;
+      return 0.0;
+    case 2:
+      if (Error e = loss.gradient(p, t, span<T>(*out)))
+        return e;
+      return 0.0;
+    default:
+      return loss.fused(p, t, span<T>(*out));
+    }
+  }
+  double run(int kind, const py::array &yp, const py::array &yt, py::array *out) const {
+    checkPair(yp, yt);
+    return take(loss.dtype() == DType::F32 ? call<float>(kind, yp, yt, out) : call<double>(kind, yp, yt, out));
+  }
+};
+
+} // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hsnn: formulas to fast numeric kernels (the C++ engine's Python bindings)";
+  m.attr("__version__") = HSNN_PYTHON_VERSION;
+  m.def("_set_formula_error", [](py::object cls) { gFormulaError = std::move(cls); });
+
+  py::class_<PyLayer>(m, "ActivationLayer", "One formula per node, run over (nodes, batch) or (batch, nodes) arrays.")
+      .def(py::init([](const py::iterable &nodes, const py::object &dtype, const std::string &layout,
+                       const std::string &method, unsigned threads, int optLevel, bool fastMath, bool bake, int gpuId) {
+             LayerOptions o{parseMethodName(method), parseDType(dtype), parseLayout(layout), threads, optLevel, fastMath,
+                            bake, gpuId};
+             return PyLayer{take(ActivationLayer::compile(readNodes(nodes), o))};
+           }),
+           py::arg("nodes"), py::arg("dtype") = "float32", py::arg("layout") = "nodes_major", py::arg("method") = "auto",
+           py::arg("threads") = 0, py::arg("opt_level") = 3, py::arg("fast_math") = false,
+           py::arg("bake_constants") = false, py::arg("gpu_id") = 0)
+      .def("forward", &PyLayer::forward, py::arg("z"), py::arg("out") = py::none(), "a = f(z)")
+      .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
+           "delta = err * f'(z)")
+      .def("fused", &PyLayer::fused, py::arg("z"), "(f(z), f'(z)) in one pass")
+      .def("set_constant", [](PyLayer &l, size_t node, const std::string &name, double v) { check(l.layer.setConstant(node, name, v)); },
+           py::arg("node"), py::arg("name"), py::arg("value"))
+      .def("constant", [](const PyLayer &l, size_t node, const std::string &name) { return take(l.layer.constant(node, name)); },
+           py::arg("node"), py::arg("name"))
+      .def("constant_names", [](const PyLayer &l, size_t node) { return l.layer.constantNames(node); })
+      .def("formula", [](const PyLayer &l, size_t node) { return l.layer.formula(node); })
+      .def("derivative", [](const PyLayer &l, size_t node) { return l.layer.derivative(node); })
+      .def("compile_info", [](const PyLayer &l) { return compileInfoDict(l.layer.compileInfo()); })
+      .def("__copy__", [](const PyLayer &l) { return PyLayer{l.layer}; })
+      .def("__deepcopy__", [](const PyLayer &l, py::dict) { return PyLayer{l.layer}; })
+      .def_property_readonly("num_nodes", [](const PyLayer &l) { return l.layer.numNodes(); })
+      .def_property_readonly("dtype", [](const PyLayer &l) { return numpyName(l.layer.dtype()); })
+      .def_property_readonly("layout", [](const PyLayer &l) { return std::string(to_string(l.layer.layout())); })
+      .def_property_readonly("method", [](const PyLayer &l) { return std::string(to_string(l.layer.method())); })
+      .def_property_readonly("params", [](const PyLayer &l) { return l.layer.params(); })
+      .def_property_readonly("offsets", [](const PyLayer &l) {
+        auto o = l.layer.offsets();
+        return std::vector<uint64_t>(o.begin(), o.end());
+      });
+
+  py::class_<PyLoss>(m, "Loss", "A loss formula in y_pred and y_true.")
+      .def(py::init([](const std::string &formula, const py::object &constants, const std::string &reduction,
+                       const py::object &dtype, const std::string &method) {
+             std::map<std::string, double> c;
+             if (!constants.is_none())
+               c = constants.cast<std::map<std::string, double>>();
+             LossOptions o{parseMethodName(method), parseDType(dtype), parseReduction(reduction)};
+             return PyLoss{take(Loss::compile(formula, c, o))};
+           }),
+           py::arg("formula"), py::arg("constants") = py::none(), py::arg("reduction") = "mean",
+           py::arg("dtype") = "float32", py::arg("method") = "auto")
+      .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
+           py::arg("y_pred"), py::arg("y_true"), "the reduced loss")
+      .def("forward_elements", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
+             py::array out = l.like(yp);
+             l.run(1, yp, yt, &out);
+             return out;
+           }, py::arg("y_pred"), py::arg("y_true"))
+      .def("gradient", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
+             py::array out = l.like(yp);
+             l.run(2, yp, yt, &out);
+             return out;
+           }, py::arg("y_pred"), py::arg("y_true"), "d loss / d y_pred (scaled by 1/n for mean)")
+      .def("fused", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
+             py::array out = l.like(yp);
+             double v = l.run(3, yp, yt, &out);
+             return py::make_tuple(v, out);
+           }, py::arg("y_pred"), py::arg("y_true"), "(loss, gradient) in one pass")
+      .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.loss.setConstant(name, v)); })
+      .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.loss.constant(name)); })
+      .def("constant_names", [](const PyLoss &l) { return l.loss.constantNames(); })
+      .def("formula", [](const PyLoss &l) { return l.loss.formula(); })
+      .def("derivative", [](const PyLoss &l) { return l.loss.derivative(); })
+      .def("compile_info", [](const PyLoss &l) { return compileInfoDict(l.loss.compileInfo()); })
+      .def_property_readonly("reduction", [](const PyLoss &l) { return std::string(to_string(l.loss.reduction())); })
+      .def_property_readonly("dtype", [](const PyLoss &l) { return numpyName(l.loss.dtype()); })
+      .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.loss.method())); });
+
+  auto mode = [](const std::string &s) {
+    if (s == "activation")
+      return FormulaMode::Activation;
+    if (s == "loss")
+      return FormulaMode::Loss;
+    throw py::value_error("mode must be 'activation' or 'loss', got '" + s + "'");
+  };
+  m.def("parse", [mode](const std::string &formula, const std::string &m) {
+        ExprContext ctx;
+        Formula f = take(parseFormula(ctx, formula, {mode(m)}));
+        py::dict d;
+        d["canonical"] = print(f.expr);
+        d["constants"] = f.constants;
+        d["defaults"] = f.defaults;
+        return d;
+      }, py::arg("formula"), py::arg("mode") = "activation", "the canonical form and the constants a formula needs");
+  m.def("diff", [mode](const std::string &formula, const std::string &m) {
+        ExprContext ctx;
+        FormulaMode fm = mode(m);
+        Formula f = take(parseFormula(ctx, formula, {fm}));
+        return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num));
+      }, py::arg("formula"), py::arg("mode") = "activation", "the simplified derivative (d/dnum, or d/dy_pred)");
+
+  m.def("runtime_info", [] {
+    const RuntimeInfo &i = runtimeInfo();
+    py::dict d;
+    d["gpu_enabled"] = i.gpuEnabled;
+    d["num_gpus"] = i.numGpus;
+    d["gpu_unavailable_reason"] = i.gpuUnavailableReason;
+    d["cpu_jit_enabled"] = i.cpuJitEnabled;
+    d["cpu_jit_unavailable_reason"] = i.cpuJitUnavailableReason;
+    d["cpu_name"] = i.cpuName;
+    d["cpu_capability"] = i.cpuCapability;
+    d["default_method"] = std::string(to_string(i.defaultMethod));
+    return d;
+  });
+  m.def("runtime_flags", [] {
+    RuntimeFlags f = runtimeFlags();
+    py::dict d;
+    d["use_kernel_cache"] = f.useKernelCache;
+    d["strict"] = f.strict;
+    d["threads"] = f.threads;
+    d["cache_dir"] = f.cacheDir;
+    return d;
+  });
+  m.def("update_runtime_flags", [](std::optional<bool> cache, std::optional<bool> strict, std::optional<unsigned> threads,
+                                   std::optional<std::string> dir) {
+        updateRuntimeFlags({cache, strict, threads, dir});
+      }, py::arg("use_kernel_cache") = py::none(), py::arg("strict") = py::none(), py::arg("threads") = py::none(),
+      py::arg("cache_dir") = py::none(), "changes only the flags given");
+  m.def("set_warning_handler", [](py::object handler) {
+    if (handler.is_none()) {
+      setWarningHandler(nullptr);
+      return;
+    }
+    // Warnings can come from any thread, with or without the GIL held.
+    auto shared = std::make_shared<py::object>(std::move(handler));
+    setWarningHandler([shared](std::string_view message) {
+      py::gil_scoped_acquire locked;
+      try {
+        (*shared)(std::string(message));
+      } catch (py::error_already_set &e) {
+        e.discard_as_unraisable("hsnn warning handler");
+      }
+    });
+  }, "calls handler(message) for every warning; None silences them");
+}

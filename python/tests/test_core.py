@@ -1,0 +1,130 @@
+"""hsnn's Python package: results against NumPy, errors as exceptions."""
+import copy
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import hsnn
+
+
+def gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["nodes_major", "batch_major"])
+@pytest.mark.parametrize("method", ["cpu_jit", "cpu_interp"])
+def test_layer_matches_numpy(dtype, layout, method):
+    layer = hsnn.ActivationLayer(["gelu", ("sin(num)*alpha", {"alpha": 2.0}), "relu"], dtype=dtype, layout=layout,
+                                 method=method)
+    assert layer.num_nodes == 3 and layer.layout == layout
+    z = np.linspace(-3, 3, 3 * 50).astype(dtype).reshape(3, 50)
+    zin = np.ascontiguousarray(z if layout == "nodes_major" else z.T)
+    a = layer.forward(zin)
+    assert a.dtype == dtype and a.shape == zin.shape
+    a = a if layout == "nodes_major" else a.T
+    tol = 1e-6 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(a[0], gelu(z[0].astype(np.float64)), rtol=tol, atol=tol)
+    np.testing.assert_allclose(a[1], 2 * np.sin(z[1].astype(np.float64)), rtol=tol, atol=tol)
+    np.testing.assert_allclose(a[2], np.maximum(z[2], 0), rtol=0, atol=0)
+    err = np.ones_like(zin)
+    delta = layer.backward(zin, err)
+    delta = delta if layout == "nodes_major" else delta.T
+    np.testing.assert_allclose(delta[1], 2 * np.cos(z[1].astype(np.float64)), rtol=tol * 10, atol=tol * 10)
+    np.testing.assert_array_equal(delta[2], (z[2] > 0).astype(dtype))  # relu'(0) = 0
+    fa, fd = layer.fused(zin)
+    np.testing.assert_array_equal(fa if layout == "nodes_major" else fa.T, a)
+
+
+def test_derivatives_against_finite_differences():
+    layer = hsnn.ActivationLayer(["mish", "softplus", "tanh", ("x**3*alpha", {"alpha": 0.5})], dtype="float64")
+    z = np.linspace(-2, 2, 4 * 21).reshape(4, 21)
+    h = 1e-6
+    fd = (layer.forward(z + h) - layer.forward(z - h)) / (2 * h)
+    np.testing.assert_allclose(layer.backward(z, np.ones_like(z)), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_losses():
+    yp = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    yt = np.zeros(4, dtype=np.float32)
+    mse = hsnn.Loss("mse")
+    assert mse.forward(yp, yt) == pytest.approx(7.5)
+    np.testing.assert_allclose(mse.gradient(yp, yt), 2 * yp / 4)
+    value, grad = mse.fused(yp, yt)
+    assert value == pytest.approx(7.5)
+    np.testing.assert_allclose(grad, 2 * yp / 4)
+    np.testing.assert_allclose(hsnn.Loss("mse", reduction="none").forward_elements(yp, yt), yp ** 2)
+    huber = hsnn.Loss("huber", {"delta": 0.5}, reduction="sum", dtype="float64")
+    assert huber.constant("delta") == 0.5
+    huber.set_constant("delta", 1.0)
+    assert huber.forward(np.array([3.0]), np.array([1.0])) == pytest.approx(1.5)
+
+
+def test_bad_input_is_a_clear_exception():
+    with pytest.raises(hsnn.FormulaError) as e:
+        hsnn.ActivationLayer(["relu", "tanhh(x)"])
+    assert e.value.node == 1 and e.value.position == 1
+    assert "unknown function 'tanhh'; did you mean 'tanh'?" in str(e.value)
+    assert "^~~~~" in e.value.caret
+    with pytest.raises(hsnn.FormulaError, match="did you mean 'huber'"):
+        hsnn.Loss("hubr")
+    layer = hsnn.ActivationLayer(["relu", "tanh"])
+    with pytest.raises(ValueError, match=r"'z' has dtype float64; expected float32"):
+        layer.forward(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match=r"'z' has 3 nodes along axis 0; the layer has 2"):
+        layer.forward(np.zeros((3, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        layer.forward(np.zeros((4, 2), dtype=np.float32).T)
+    with pytest.raises(ValueError, match=r"'err' has shape \(2, 3\); expected \(2, 4\)"):
+        layer.backward(np.zeros((2, 4), dtype=np.float32), np.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="node 5 is out of range"):
+        layer.set_constant(5, "alpha", 1.0)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        hsnn.ActivationLayer(["relu"], dtype="int8")
+
+
+def test_copies_own_their_constants():
+    layer = hsnn.ActivationLayer([("num*alpha", {"alpha": 2.0})])
+    other = copy.copy(layer)
+    other.set_constant(0, "alpha", 5.0)
+    assert layer.constant(0, "alpha") == 2.0 and other.constant(0, "alpha") == 5.0
+
+
+def test_threads_run_with_the_gil_released():
+    layer = hsnn.ActivationLayer(["gelu"] * 8)
+    z = np.random.default_rng(1).standard_normal((8, 20000)).astype(np.float32)
+    want = layer.forward(z)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = layer.forward(z)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        np.testing.assert_array_equal(r, want)
+
+
+def test_symbolic_helpers_and_runtime():
+    assert hsnn.parse("sin(x)*alpha")["constants"] == ["alpha"]
+    assert hsnn.diff("sin(x)*alpha") == "cos(num)*alpha"
+    info = hsnn.runtime_info()
+    assert info["default_method"] in ("cpu_jit", "cpu_interp", "cuda")
+    seen = []
+    hsnn.set_warning_handler(seen.append)
+    try:
+        hsnn.ActivationLayer([("relu", {"beta": 1.0})], method="cpu_interp")
+    finally:
+        hsnn.set_warning_handler(None)
+    assert seen == ["node 0: warning: constant 'beta' is not used by the formula (ignored)"]
+    before = hsnn.runtime_flags()
+    hsnn.update_runtime_flags(strict=True)
+    try:
+        assert hsnn.runtime_flags()["strict"] and hsnn.runtime_flags()["cache_dir"] == before["cache_dir"]
+    finally:
+        hsnn.update_runtime_flags(strict=before["strict"])
