@@ -14,6 +14,7 @@ NVPTX on NVIDIA GPUs, an interpreter everywhere), over NumPy arrays.
 from ._core import (ActivationLayer, Loss, __version__, diff, parse, runtime_flags, runtime_info,
                     set_warning_handler, update_runtime_flags)
 from . import _core
+from . import compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
 
 
 class FormulaError(ValueError):
@@ -35,4 +36,4 @@ class FormulaError(ValueError):
 _core._set_formula_error(FormulaError)
 
 __all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "runtime_info", "runtime_flags",
-           "update_runtime_flags", "set_warning_handler", "__version__"]
+           "update_runtime_flags", "set_warning_handler", "compat", "hardware", "__version__"]

@@ -8,6 +8,7 @@
 // unsupported requests to RuntimeError.
 //
 //===----------------------------------------------------------------------===//
+#include <hsnn/Cache.h>
 #include <hsnn/Formula.h>
 #include <hsnn/Layer.h>
 #include <hsnn/Runtime.h>
@@ -288,6 +289,8 @@ PYBIND11_MODULE(_core, m) {
       .def("formula", [](const PyLayer &l, size_t node) { return l.layer.formula(node); })
       .def("derivative", [](const PyLayer &l, size_t node) { return l.layer.derivative(node); })
       .def("compile_info", [](const PyLayer &l) { return compileInfoDict(l.layer.compileInfo()); })
+      .def("set_gpu_id", [](PyLayer &l, int id) { check(l.layer.setGpuId(id)); }, py::arg("id"))
+      .def_property_readonly("gpu_id", [](const PyLayer &l) { return l.layer.gpuId(); })
       .def("__copy__", [](const PyLayer &l) { return PyLayer{l.layer}; })
       .def("__deepcopy__", [](const PyLayer &l, py::dict) { return PyLayer{l.layer}; })
       .def_property_readonly("num_nodes", [](const PyLayer &l) { return l.layer.numNodes(); })
@@ -334,6 +337,8 @@ PYBIND11_MODULE(_core, m) {
       .def("formula", [](const PyLoss &l) { return l.loss.formula(); })
       .def("derivative", [](const PyLoss &l) { return l.loss.derivative(); })
       .def("compile_info", [](const PyLoss &l) { return compileInfoDict(l.loss.compileInfo()); })
+      .def("set_gpu_id", [](PyLoss &l, int id) { check(l.loss.setGpuId(id)); }, py::arg("id"))
+      .def_property_readonly("gpu_id", [](const PyLoss &l) { return l.loss.gpuId(); })
       .def_property_readonly("reduction", [](const PyLoss &l) { return std::string(to_string(l.loss.reduction())); })
       .def_property_readonly("dtype", [](const PyLoss &l) { return numpyName(l.loss.dtype()); })
       .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.loss.method())); });
@@ -388,6 +393,13 @@ PYBIND11_MODULE(_core, m) {
         updateRuntimeFlags({cache, strict, threads, dir});
       }, py::arg("use_kernel_cache") = py::none(), py::arg("strict") = py::none(), py::arg("threads") = py::none(),
       py::arg("cache_dir") = py::none(), "changes only the flags given");
+  m.def("clear_kernel_cache", [](const std::string &which) {
+        CacheCategory c = which == "all" ? CacheCategory::All : which == "cpu" ? CacheCategory::Cpu
+                        : which == "gpu" ? CacheCategory::Gpu
+                                         : throw py::value_error("category must be 'all', 'cpu' or 'gpu', got '" + which + "'");
+        check(clearKernelCache(c));
+      }, py::arg("category") = "all", "removes the kernel cache's entries of a category");
+  m.def("kernel_cache_dir", &kernelCacheDir);
   m.def("set_warning_handler", [](py::object handler) {
     if (handler.is_none()) {
       setWarningHandler(nullptr);

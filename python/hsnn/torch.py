@@ -1,0 +1,124 @@
+"""PyTorch modules over hsnn kernels.
+
+``HeteroActivation(formulas)`` is an ``nn.Module`` over ``(batch, nodes)``
+tensors (the frameworks' layout): node ``j`` applies ``formulas[j]``. Its
+forward runs the fused kernel, so backward reuses f'(z) without running the
+formula again. ``FormulaLoss(formula)`` is a loss module whose gradient
+comes from hsnn's symbolic derivative. Both take CPU tensors of float32 or
+float64 (zero-copy through NumPy); their gradients pass
+``torch.autograd.gradcheck`` in float64.
+"""
+import torch
+
+from . import _core
+
+_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def _numpy_dtype(t, what):
+    if t.device.type != "cpu":
+        raise ValueError(f"{what} is on {t.device}; hsnn.torch runs on CPU tensors")
+    if t.dtype not in _DTYPES:
+        raise ValueError(f"{what} has dtype {t.dtype}; expected torch.float32 or torch.float64")
+    return _DTYPES[t.dtype]
+
+
+class _HeteroFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, layer):
+        zc = z.detach().contiguous()
+        a, dfdz = layer.fused(zc.numpy())
+        ctx.save_for_backward(torch.from_numpy(dfdz))
+        return torch.from_numpy(a)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (dfdz,) = ctx.saved_tensors
+        return grad * dfdz, None
+
+
+class HeteroActivation(torch.nn.Module):
+    """A per-node activation: ``formulas[j]`` (a formula, a built-in name, or a
+    ``(formula, constants)`` pair) applied to column ``j`` of ``(batch, nodes)``.
+
+    Layers are compiled on first use for each dtype (float32, float64) and kept.
+    """
+
+    def __init__(self, formulas, method="auto"):
+        super().__init__()
+        self.formulas = list(formulas)
+        self.method = method
+        self._layers = {}
+        if not self.formulas:
+            raise ValueError("HeteroActivation needs at least one formula")
+        self._layer("float32")  # formula errors show at construction
+
+    def _layer(self, dtype):
+        if dtype not in self._layers:
+            self._layers[dtype] = _core.ActivationLayer(self.formulas, dtype=dtype, layout="batch_major",
+                                                        method=self.method)
+        return self._layers[dtype]
+
+    @property
+    def num_nodes(self):
+        return len(self.formulas)
+
+    def forward(self, z):
+        dtype = _numpy_dtype(z, "the input")
+        if z.dim() != 2 or z.shape[1] != self.num_nodes:
+            raise ValueError(f"the input has shape {tuple(z.shape)}; expected (batch, {self.num_nodes})")
+        return _HeteroFunction.apply(z, self._layer(dtype))
+
+    def extra_repr(self):
+        shown = ", ".join(f if isinstance(f, str) else f[0] for f in self.formulas[:4])
+        return f"nodes={self.num_nodes}, formulas=[{shown}{', ...' if self.num_nodes > 4 else ''}]"
+
+
+class _LossFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y_pred, y_true, loss):
+        yp = y_pred.detach().contiguous()
+        yt = y_true.detach().contiguous()
+        if loss.reduction == "none":
+            value = torch.from_numpy(loss.forward_elements(yp.numpy(), yt.numpy()))
+            grad = torch.from_numpy(loss.gradient(yp.numpy(), yt.numpy()))
+        else:
+            v, g = loss.fused(yp.numpy(), yt.numpy())
+            value, grad = torch.tensor(v, dtype=y_pred.dtype), torch.from_numpy(g)
+        ctx.save_for_backward(grad)
+        return value
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        (grad,) = ctx.saved_tensors
+        return grad_out * grad, None, None
+
+
+class FormulaLoss(torch.nn.Module):
+    """A loss written as a formula in ``y_pred`` and ``y_true`` (or a built-in
+    name: mse, huber, bce, ...), differentiated with respect to ``y_pred``.
+    ``reduction`` is "mean", "sum" or "none". ``y_true`` gets no gradient."""
+
+    def __init__(self, formula, constants=None, reduction="mean", method="auto"):
+        super().__init__()
+        self.formula, self.constants, self.reduction, self.method = formula, dict(constants or {}), reduction, method
+        self._losses = {}
+        self._loss("float32")
+
+    def _loss(self, dtype):
+        if dtype not in self._losses:
+            self._losses[dtype] = _core.Loss(self.formula, self.constants, reduction=self.reduction, dtype=dtype,
+                                             method=self.method)
+        return self._losses[dtype]
+
+    def forward(self, y_pred, y_true):
+        dtype = _numpy_dtype(y_pred, "y_pred")
+        if y_true.dtype != y_pred.dtype or y_true.shape != y_pred.shape:
+            raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}) must match y_pred "
+                             f"({y_pred.dtype}, {tuple(y_pred.shape)})")
+        return _LossFunction.apply(y_pred, y_true, self._loss(dtype))
+
+    def extra_repr(self):
+        return f"formula={self.formula!r}, reduction={self.reduction!r}"

@@ -1,0 +1,64 @@
+"""hsnn.torch: HeteroActivation and FormulaLoss in PyTorch's autograd."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch (Debian's python3-torch) is not installed")
+import hsnn.torch as ht  # noqa: E402
+
+FORMULAS = ["gelu", ("sin(num)*alpha", {"alpha": 1.5}), "softplus", "tanh", "mish", ("x**3/3", {})]
+
+
+def test_forward_matches_torch_and_backward_reuses_the_derivative():
+    act = ht.HeteroActivation(FORMULAS)
+    x = torch.linspace(-2, 2, 7 * 6, dtype=torch.float64).reshape(7, 6).requires_grad_()
+    y = act(x)
+    want = torch.stack([torch.nn.functional.gelu(x[:, 0]), 1.5 * torch.sin(x[:, 1]),
+                        torch.nn.functional.softplus(x[:, 2]), torch.tanh(x[:, 3]),
+                        torch.nn.functional.mish(x[:, 4]), x[:, 5] ** 3 / 3], dim=1)
+    torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+    y.sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    w = torch.stack([torch.nn.functional.gelu(x2[:, 0]), 1.5 * torch.sin(x2[:, 1]),
+                     torch.nn.functional.softplus(x2[:, 2]), torch.tanh(x2[:, 3]),
+                     torch.nn.functional.mish(x2[:, 4]), x2[:, 5] ** 3 / 3], dim=1)
+    w.sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_gradcheck_layer_and_losses():
+    act = ht.HeteroActivation(FORMULAS)
+    x = torch.randn(5, len(FORMULAS), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(act, (x,))
+    for name, constants in [("mse", None), ("huber", {"delta": 0.5}), ("log_cosh", None)]:
+        for reduction in ["mean", "sum", "none"]:
+            loss = ht.FormulaLoss(name, constants, reduction=reduction)
+            yp = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+            yt = torch.randn(4, 3, dtype=torch.float64)
+            assert torch.autograd.gradcheck(lambda p: loss(p, yt), (yp,)), (name, reduction)
+
+
+def test_float32_training_reduces_the_loss():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, len(FORMULAS)), ht.HeteroActivation(FORMULAS),
+                                torch.nn.Linear(len(FORMULAS), 1))
+    x = torch.randn(256, 4)
+    y = (x[:, :1] * 2 - x[:, 1:2]).sin()
+    loss_fn = ht.FormulaLoss("mse")
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    first = None
+    for _ in range(60):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        first = first if first is not None else loss.item()
+        loss.backward()
+        opt.step()
+    assert loss.item() < first / 5
+
+
+def test_bad_tensors_are_clear_errors():
+    act = ht.HeteroActivation(["relu", "tanh"])
+    with pytest.raises(ValueError, match=r"expected \(batch, 2\)"):
+        act(torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="expected torch.float32 or torch.float64"):
+        act(torch.zeros(3, 2, dtype=torch.int32))
+    with pytest.raises(Exception, match="did you mean 'tanh'"):
+        ht.HeteroActivation(["tanhh(x)"])
