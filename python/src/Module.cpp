@@ -77,21 +77,21 @@ DType parseDType(const py::object &d) {
     return DType::F64;
   throw py::value_error("dtype must be float32 or float64, got '" + s + "'");
 }
+// One of a few names, or a ValueError listing them.
+template <class E> E choose(const char *what, const std::string &s, std::initializer_list<std::pair<const char *, E>> names) {
+  std::string list;
+  for (const auto &[name, value] : names) {
+    if (s == name)
+      return value;
+    list += (list.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  throw py::value_error(std::string(what) + " must be one of " + list + ", got '" + s + "'");
+}
 Layout parseLayout(const std::string &s) {
-  if (s == "nodes_major")
-    return Layout::NodesMajor;
-  if (s == "batch_major")
-    return Layout::BatchMajor;
-  throw py::value_error("layout must be 'nodes_major' or 'batch_major', got '" + s + "'");
+  return choose<Layout>("layout", s, {{"nodes_major", Layout::NodesMajor}, {"batch_major", Layout::BatchMajor}});
 }
 Reduction parseReduction(const std::string &s) {
-  if (s == "mean")
-    return Reduction::Mean;
-  if (s == "sum")
-    return Reduction::Sum;
-  if (s == "none")
-    return Reduction::None;
-  throw py::value_error("reduction must be 'mean', 'sum' or 'none', got '" + s + "'");
+  return choose<Reduction>("reduction", s, {{"mean", Reduction::Mean}, {"sum", Reduction::Sum}, {"none", Reduction::None}});
 }
 Method parseMethodName(const std::string &s) { return take(parseMethod(s)); }
 
@@ -344,11 +344,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.loss.method())); });
 
   auto mode = [](const std::string &s) {
-    if (s == "activation")
-      return FormulaMode::Activation;
-    if (s == "loss")
-      return FormulaMode::Loss;
-    throw py::value_error("mode must be 'activation' or 'loss', got '" + s + "'");
+    return choose<FormulaMode>("mode", s, {{"activation", FormulaMode::Activation}, {"loss", FormulaMode::Loss}});
   };
   m.def("parse", [mode](const std::string &formula, const std::string &m) {
         ExprContext ctx;
@@ -394,9 +390,8 @@ PYBIND11_MODULE(_core, m) {
       }, py::arg("use_kernel_cache") = py::none(), py::arg("strict") = py::none(), py::arg("threads") = py::none(),
       py::arg("cache_dir") = py::none(), "changes only the flags given");
   m.def("clear_kernel_cache", [](const std::string &which) {
-        CacheCategory c = which == "all" ? CacheCategory::All : which == "cpu" ? CacheCategory::Cpu
-                        : which == "gpu" ? CacheCategory::Gpu
-                                         : throw py::value_error("category must be 'all', 'cpu' or 'gpu', got '" + which + "'");
+        CacheCategory c = choose<CacheCategory>(
+            "category", which, {{"all", CacheCategory::All}, {"cpu", CacheCategory::Cpu}, {"gpu", CacheCategory::Gpu}});
         check(clearKernelCache(c));
       }, py::arg("category") = "all", "removes the kernel cache's entries of a category");
   m.def("kernel_cache_dir", &kernelCacheDir);
