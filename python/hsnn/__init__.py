@@ -35,5 +35,21 @@ class FormulaError(ValueError):
 
 _core._set_formula_error(FormulaError)
 
-__all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "runtime_info", "runtime_flags",
+
+def eval(formula, at, y_true=None, constants=None, derivative=False, dtype="float64"):  # noqa: A001 (the seed's name)
+    """The formula (or its derivative) at one point, on the interpreter.
+
+    An activation in ``num`` unless ``y_true`` is given, then a loss in
+    ``y_pred = at`` and ``y_true`` (the derivative is d/dy_pred)."""
+    import numpy as np
+    if y_true is None:
+        layer = ActivationLayer([(formula, constants or {})], dtype=dtype, method="cpu_interp")
+        z = np.full((1, 1), at, dtype=dtype)
+        out = layer.backward(z, np.ones_like(z)) if derivative else layer.forward(z)
+        return float(out[0, 0])
+    loss = Loss(formula, constants or {}, reduction="sum", dtype=dtype, method="cpu_interp")
+    yp, yt = np.full(1, at, dtype=dtype), np.full(1, y_true, dtype=dtype)
+    return float(loss.gradient(yp, yt)[0] if derivative else loss.forward(yp, yt))
+
+__all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "eval", "runtime_info", "runtime_flags",
            "update_runtime_flags", "set_warning_handler", "compat", "hardware", "__version__"]

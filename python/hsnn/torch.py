@@ -8,6 +8,7 @@ comes from hsnn's symbolic derivative. Both take CPU tensors of float32 or
 float64 (zero-copy through NumPy); their gradients pass
 ``torch.autograd.gradcheck`` in float64.
 """
+import numpy as np
 import torch
 
 from . import _core
@@ -35,7 +36,18 @@ class _HeteroFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         (dfdz,) = ctx.saved_tensors
-        return grad * dfdz, None
+        return _times(grad, dfdz), None
+
+
+def _times(grad, derivative):
+    """grad * derivative through NumPy: elementwise ops of some PyTorch builds
+    (Debian's 1.13) run 10-20x slower than NumPy's on the same memory."""
+    g = grad.detach()
+    if g.device.type != "cpu" or g.dtype != derivative.dtype:
+        return grad * derivative
+    out = np.empty(derivative.shape, dtype=derivative.numpy().dtype)
+    np.multiply(g.numpy(), derivative.numpy(), out=out)
+    return torch.from_numpy(out)
 
 
 class HeteroActivation(torch.nn.Module):
@@ -93,7 +105,7 @@ class _LossFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         (grad,) = ctx.saved_tensors
-        return grad_out * grad, None, None
+        return _times(grad_out.expand_as(grad), grad), None, None
 
 
 class FormulaLoss(torch.nn.Module):

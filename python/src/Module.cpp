@@ -17,6 +17,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -281,6 +283,20 @@ PYBIND11_MODULE(_core, m) {
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")
       .def("fused", &PyLayer::fused, py::arg("z"), "(f(z), f'(z)) in one pass")
+      .def("_time_forward", [](const PyLayer &l, const py::array &z, py::array out, int reps) {
+             // The same forward timed inside C++ (median ms), for hsnn.bench's Python-overhead figure.
+             auto shape = l.shapeFor(z);
+             checkArray(z, "z", l.layer.dtype(), shape);
+             checkArray(out, "out", l.layer.dtype(), shape);
+             std::vector<double> ms;
+             for (int r = 0; r < std::max(1, reps); ++r) {
+               auto t0 = std::chrono::steady_clock::now();
+               check(l.run(0, z, nullptr, out, nullptr, l.batchOf(shape)));
+               ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+             }
+             std::sort(ms.begin(), ms.end());
+             return ms[ms.size() / 2];
+           }, py::arg("z"), py::arg("out"), py::arg("reps") = 9)
       .def("set_constant", [](PyLayer &l, size_t node, const std::string &name, double v) { check(l.layer.setConstant(node, name, v)); },
            py::arg("node"), py::arg("name"), py::arg("value"))
       .def("constant", [](const PyLayer &l, size_t node, const std::string &name) { return take(l.layer.constant(node, name)); },

@@ -128,3 +128,16 @@ def test_symbolic_helpers_and_runtime():
         assert hsnn.runtime_flags()["strict"] and hsnn.runtime_flags()["cache_dir"] == before["cache_dir"]
     finally:
         hsnn.update_runtime_flags(strict=before["strict"])
+
+
+def test_bench_module_runs():
+    from hsnn import bench
+    r = bench.python_overhead(reps=1, nodes=16, batch=1024)
+    assert r["python_ms"] > 0 and r["cpp_ms"] > 0
+
+
+def test_eval_matches_the_layer():
+    assert hsnn.eval("gelu", 1.0) == pytest.approx(0.8413447460685429, rel=1e-15)
+    assert hsnn.eval("sin(x)*alpha", 1.0, constants={"alpha": 2.0}, derivative=True) == pytest.approx(2 * math.cos(1.0))
+    assert hsnn.eval("huber", 3.0, y_true=1.0, constants={"delta": 0.5}) == pytest.approx(0.875)
+    assert hsnn.eval("gelu", 1.0, dtype="float32") == pytest.approx(0.8413447, rel=1e-6)
