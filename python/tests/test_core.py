@@ -141,3 +141,17 @@ def test_eval_matches_the_layer():
     assert hsnn.eval("sin(x)*alpha", 1.0, constants={"alpha": 2.0}, derivative=True) == pytest.approx(2 * math.cos(1.0))
     assert hsnn.eval("huber", 3.0, y_true=1.0, constants={"delta": 0.5}) == pytest.approx(0.875)
     assert hsnn.eval("gelu", 1.0, dtype="float32") == pytest.approx(0.8413447, rel=1e-6)
+
+
+def test_type_stubs_cover_the_module():
+    import os
+    import re
+    from hsnn import _core
+    stub = open(os.path.join(os.path.dirname(hsnn.__file__), "_core.pyi")).read()
+    declared = set(re.findall(r"^(?:def|class) (\w+)", stub, re.M))
+    public = {n for n in dir(_core) if not n.startswith("_")}
+    assert public <= declared, public - declared
+    for cls in (_core.ActivationLayer, _core.Loss):
+        body = stub.split(f"class {cls.__name__}")[1].split("\nclass ")[0]
+        members = set(re.findall(r"def (\w+)", body))
+        assert {n for n in dir(cls) if not n.startswith("_")} <= members
