@@ -62,3 +62,20 @@ def test_bad_tensors_are_clear_errors():
         act(torch.zeros(3, 2, dtype=torch.int32))
     with pytest.raises(Exception, match="did you mean 'tanh'"):
         ht.HeteroActivation(["tanhh(x)"])
+
+
+def test_dlpack_tensors_in_and_the_same_kind_out():
+    import hsnn
+    layer = hsnn.ActivationLayer(["relu", "tanh"])
+    z = torch.linspace(-1, 1, 8).reshape(2, 4)
+    a = layer.forward(z)
+    assert isinstance(a, torch.Tensor)
+    torch.testing.assert_close(a[1], torch.tanh(z[1]))
+    fa, fd = layer.fused(z.requires_grad_())
+    assert isinstance(fa, torch.Tensor) and isinstance(fd, torch.Tensor)
+    loss = hsnn.Loss("mse", dtype="float64")
+    yp = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    assert loss.forward(yp, torch.zeros(2, dtype=torch.float64)) == pytest.approx(2.5)
+    assert isinstance(loss.gradient(yp, torch.zeros(2, dtype=torch.float64)), torch.Tensor)
+    with pytest.raises(ValueError, match="has dtype float64; expected float32"):
+        layer.forward(torch.zeros(2, 4, dtype=torch.float64))
