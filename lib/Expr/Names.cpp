@@ -23,6 +23,15 @@ std::optional<Callable> findCallable(std::string_view name) {
       {"abs", {CallKind::Op, Op::Abs}},     {"ln", {CallKind::Op, Op::Log}},
       {"ceil", {CallKind::Op, Op::Ceiling}}, {"And", {CallKind::And}},
       {"Or", {CallKind::Or}},               {"Not", {CallKind::Not}},
+      // SymPy's relational functions (Piecewise text SymPy prints uses them).
+      {"Eq", {CallKind::Op, Op::Eq}},       {"Ne", {CallKind::Op, Op::Ne}},
+      {"Lt", {CallKind::Op, Op::Lt}},       {"Le", {CallKind::Op, Op::Le}},
+      {"Gt", {CallKind::Op, Op::Gt}},       {"Ge", {CallKind::Op, Op::Ge}},
+      {"Rational", {CallKind::Rewrite, Op::Number, Rewrite::Rational}},
+      {"Mod", {CallKind::Rewrite, Op::Number, Rewrite::Mod}},
+      {"log2", {CallKind::Rewrite, Op::Number, Rewrite::Log2}},
+      {"log10", {CallKind::Rewrite, Op::Number, Rewrite::Log10}},
+      {"cbrt", {CallKind::Rewrite, Op::Number, Rewrite::Cbrt}},
   };
   for (const Alias &a : aliases)
     if (a.name == name)
@@ -50,7 +59,8 @@ const std::vector<std::string> &knownNames() {
     for (int i = 0; i < kNumOps; ++i)
       if (opInfo(Op(i)).syntax == OpSyntax::Call)
         v.emplace_back(opInfo(Op(i)).spelling);
-    for (const char *s : {"max", "min", "abs", "ln", "ceil", "And", "Or", "Not"})
+    for (const char *s : {"max", "min", "abs", "ln", "ceil", "And", "Or", "Not", "Eq", "Ne", "Lt", "Le", "Gt", "Ge",
+                          "Rational", "Mod", "log2", "log10", "cbrt"})
       v.emplace_back(s);
     for (const BuiltinDef &b : builtinDefs())
       v.emplace_back(b.info.name);

@@ -11,10 +11,14 @@
 namespace hsnn::detail {
 
 /// What a callable name means to the parser.
-enum class CallKind { Op, And, Or, Not, Builtin };
+enum class CallKind { Op, And, Or, Not, Builtin, Rewrite };
+
+/// SymPy functions hsnn writes with its own ops.
+enum class Rewrite { Rational, Mod, Log2, Log10, Cbrt };
 struct Callable {
   CallKind kind;
   Op op = Op::Number; ///< For CallKind::Op.
+  Rewrite rewrite = Rewrite::Rational; ///< For CallKind::Rewrite.
 };
 
 std::optional<Callable> findCallable(std::string_view name);

@@ -14,6 +14,7 @@
 #include "Names.h"
 
 #include <charconv>
+#include <cmath>
 #include <fmt/format.h>
 #include <set>
 
@@ -602,6 +603,43 @@ private:
       arity(1, 1, "1 argument");
       e = build(Op::Not, boolArgs(), name.pos, name.len);
       break;
+    case CallKind::Rewrite: {
+      // As SymPy defines them: Rational(p, q) = p/q (integers), Mod(a, b) =
+      // a - b*floor(a/b) (the sign of b), log2/log10 = log(x)/log(base),
+      // cbrt(x) = x**(1/3) (the principal root: NaN for x < 0).
+      using detail::Rewrite;
+      Rewrite r = callable->rewrite;
+      arity(r == Rewrite::Rational || r == Rewrite::Mod ? 2 : 1, r == Rewrite::Rational || r == Rewrite::Mod ? 2 : 1,
+            r == Rewrite::Rational || r == Rewrite::Mod ? "2 arguments" : "1 argument");
+      std::vector<Expr> v = numArgs();
+      switch (r) {
+      case Rewrite::Rational: {
+        auto integer = [](Expr x) { return x->isNumber() && std::isfinite(x->number()) && x->number() == std::trunc(x->number()); };
+        if (!integer(v[0]) || !integer(v[1]))
+          fail(name.pos, name.len, "Rational takes two integers, e.g. Rational(1, 3)");
+        if (v[1]->number() == 0)
+          fail(name.pos, name.len, "Rational with a zero denominator");
+        e = ctx_.number(v[0]->number() / v[1]->number());
+        break;
+      }
+      case Rewrite::Mod:
+        e = build(Op::Sub, {v[0], build(Op::Mul, {v[1], build(Op::Floor, {build(Op::Div, {v[0], v[1]}, name.pos, name.len)},
+                                                              name.pos, name.len)},
+                                        name.pos, name.len)},
+                  name.pos, name.len);
+        break;
+      case Rewrite::Log2:
+      case Rewrite::Log10:
+        e = build(Op::Div, {build(Op::Log, {v[0]}, name.pos, name.len),
+                            build(Op::Log, {ctx_.number(r == Rewrite::Log2 ? 2 : 10)}, name.pos, name.len)},
+                  name.pos, name.len);
+        break;
+      case Rewrite::Cbrt:
+        e = build(Op::Pow, {v[0], ctx_.number(1.0 / 3.0)}, name.pos, name.len);
+        break;
+      }
+      break;
+    }
     case CallKind::Builtin: {
       const detail::BuiltinDef &b = *detail::findBuiltin(n);
       if (b.info.mode == FormulaMode::Loss && opt_.mode == FormulaMode::Activation)

@@ -39,6 +39,9 @@ int precedence(Expr e) {
     return POr;
   case Op::Not:
     return PNot;
+  case Op::Eq:
+  case Op::Ne:
+    return PAtom; // printed as calls
   default:
     return opInfo(e->op()).syntax == OpSyntax::Compare ? PCompare : PAtom;
   }
@@ -122,6 +125,16 @@ private:
       return;
     }
     case OpSyntax::Compare:
+      if (e->op() == Op::Eq || e->op() == Op::Ne) {
+        // SymPy's form: in Python `x == 0` is a bool, not an equation, so
+        // text with == would not read back into SymPy.
+        out += e->op() == Op::Eq ? "Eq(" : "Ne(";
+        print(e->arg(0));
+        out += ", ";
+        print(e->arg(1));
+        out += ')';
+        return;
+      }
       print(e->arg(0), PAdd);
       out += fmt::format(" {} ", info.spelling);
       print(e->arg(1), PAdd);

@@ -93,3 +93,37 @@ TEST_CASE("random expressions round-trip through the printer") {
     checkRoundTrip(ctx, e, FormulaMode::Activation);
   }
 }
+
+TEST_CASE("SymPy's Eq, Ne, Lt..Ge, Rational, Mod, log2, log10 and cbrt parse; Eq and Ne print as SymPy reads them") {
+  ExprContext ctx;
+  struct Case {
+    const char *text, *printed;
+    double at, value;
+  };
+  const Case cases[] = {
+      {"Piecewise((1, Eq(x, 0)), (x, True))", "Piecewise((1, Eq(num, 0)), (num, True))", 0, 1},
+      {"Piecewise((1, x == 0), (x, True))", "Piecewise((1, Eq(num, 0)), (num, True))", 2, 2},
+      {"Piecewise((1, Ne(x, 0)), (x, Lt(x, 1)), (2, True))", "Piecewise((1, Ne(num, 0)), (num, num < 1), (2, True))", 0, 0},
+      {"Piecewise((x, Ge(x, 1) & Gt(x, 2) | Le(x, -5)), (0, True))", nullptr, 3, 3},
+      {"Rational(1, 4)*x", "0.25*num", 2, 0.5},
+      {"Mod(x, 3)", "num - 3*floor(num/3)", -1, 2},
+      {"log2(x)", nullptr, 8, 3},
+      {"log10(x)", nullptr, 1000, 3},
+      {"cbrt(x)", nullptr, 27, 3},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.text);
+    Formula f = mustParse(ctx, c.text);
+    if (c.printed)
+      CHECK(print(f.expr) == c.printed);
+    CHECK(evalAt<double>(f.expr, c.at) == doctest::Approx(c.value).epsilon(1e-15));
+    CHECK(mustParse(ctx, print(f.expr)).expr == f.expr); // the printed text reads back to the same node
+  }
+  auto message = [&](const char *text) {
+    auto r = parseFormulaDetailed(ctx, text);
+    return std::holds_alternative<Diagnostic>(r) ? std::get<Diagnostic>(r).message : std::string("(parsed)");
+  };
+  CHECK(message("Rational(1, 0)*x") == "Rational with a zero denominator");
+  CHECK(message("Rational(x, 2)") == "Rational takes two integers, e.g. Rational(1, 3)");
+  CHECK(message("Mod(x)") == "Mod takes 2 arguments, got 1");
+}
