@@ -4,6 +4,7 @@
 #include "Builtins.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numbers>
 
 namespace hsnn::detail {
@@ -39,6 +40,29 @@ std::optional<Callable> findCallable(std::string_view name) {
   if (findBuiltin(name))
     return Callable{CallKind::Builtin};
   return std::nullopt;
+}
+
+size_t rewriteArity(Rewrite r) { return r == Rewrite::Rational || r == Rewrite::Mod ? 2 : 1; }
+
+std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::span<const Expr> v) {
+  switch (r) {
+  case Rewrite::Rational: {
+    auto integer = [](Expr x) { return x->isNumber() && std::isfinite(x->number()) && x->number() == std::trunc(x->number()); };
+    if (!integer(v[0]) || !integer(v[1]))
+      return std::string("Rational takes two integers, e.g. Rational(1, 3)");
+    if (v[1]->number() == 0)
+      return std::string("Rational with a zero denominator");
+    return ctx.number(v[0]->number() / v[1]->number());
+  }
+  case Rewrite::Mod:
+    return ctx.sub(v[0], ctx.mul(v[1], ctx.call(Op::Floor, ctx.div(v[0], v[1]))));
+  case Rewrite::Log2:
+  case Rewrite::Log10:
+    return ctx.div(ctx.call(Op::Log, v[0]), ctx.call(Op::Log, ctx.number(r == Rewrite::Log2 ? 2 : 10)));
+  case Rewrite::Cbrt:
+    return ctx.make(Op::Pow, {v[0], ctx.number(1.0 / 3.0)});
+  }
+  return std::string("unknown rewrite");
 }
 
 std::optional<double> findNamedNumber(std::string_view name) {

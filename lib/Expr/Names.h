@@ -4,8 +4,10 @@
 #include "hsnn/Expr.h"
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace hsnn::detail {
@@ -22,6 +24,13 @@ struct Callable {
 };
 
 std::optional<Callable> findCallable(std::string_view name);
+
+/// Arguments a rewrite takes, and its expansion as SymPy defines it:
+/// Rational(p, q) = p/q (integers), Mod(a, b) = a - b*floor(a/b) (the sign
+/// of b), log2/log10 = log(x)/log(base), cbrt(x) = x**(1/3) (the principal
+/// root: NaN for x < 0). A string is the reason the arguments are refused.
+size_t rewriteArity(Rewrite r);
+std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::span<const Expr> args);
 /// Named numbers: E, e, pi, tau, phi.
 std::optional<double> findNamedNumber(std::string_view name);
 /// Every name a user could have meant, for "did you mean" hints.

@@ -604,40 +604,14 @@ private:
       e = build(Op::Not, boolArgs(), name.pos, name.len);
       break;
     case CallKind::Rewrite: {
-      // As SymPy defines them: Rational(p, q) = p/q (integers), Mod(a, b) =
-      // a - b*floor(a/b) (the sign of b), log2/log10 = log(x)/log(base),
-      // cbrt(x) = x**(1/3) (the principal root: NaN for x < 0).
-      using detail::Rewrite;
-      Rewrite r = callable->rewrite;
-      arity(r == Rewrite::Rational || r == Rewrite::Mod ? 2 : 1, r == Rewrite::Rational || r == Rewrite::Mod ? 2 : 1,
-            r == Rewrite::Rational || r == Rewrite::Mod ? "2 arguments" : "1 argument");
-      std::vector<Expr> v = numArgs();
-      switch (r) {
-      case Rewrite::Rational: {
-        auto integer = [](Expr x) { return x->isNumber() && std::isfinite(x->number()) && x->number() == std::trunc(x->number()); };
-        if (!integer(v[0]) || !integer(v[1]))
-          fail(name.pos, name.len, "Rational takes two integers, e.g. Rational(1, 3)");
-        if (v[1]->number() == 0)
-          fail(name.pos, name.len, "Rational with a zero denominator");
-        e = ctx_.number(v[0]->number() / v[1]->number());
-        break;
-      }
-      case Rewrite::Mod:
-        e = build(Op::Sub, {v[0], build(Op::Mul, {v[1], build(Op::Floor, {build(Op::Div, {v[0], v[1]}, name.pos, name.len)},
-                                                              name.pos, name.len)},
-                                        name.pos, name.len)},
-                  name.pos, name.len);
-        break;
-      case Rewrite::Log2:
-      case Rewrite::Log10:
-        e = build(Op::Div, {build(Op::Log, {v[0]}, name.pos, name.len),
-                            build(Op::Log, {ctx_.number(r == Rewrite::Log2 ? 2 : 10)}, name.pos, name.len)},
-                  name.pos, name.len);
-        break;
-      case Rewrite::Cbrt:
-        e = build(Op::Pow, {v[0], ctx_.number(1.0 / 3.0)}, name.pos, name.len);
-        break;
-      }
+      size_t ar = detail::rewriteArity(callable->rewrite);
+      arity(ar, ar, ar == 1 ? "1 argument" : "2 arguments");
+      auto r = detail::expandRewrite(ctx_, callable->rewrite, numArgs());
+      if (auto *why = std::get_if<std::string>(&r))
+        fail(name.pos, name.len, *why);
+      e = std::get<Expr>(r);
+      if (e->depth() > kMaxDepth)
+        fail(name.pos, name.len, fmt::format("expression nested deeper than {} levels", kMaxDepth));
       break;
     }
     case CallKind::Builtin: {
