@@ -98,14 +98,14 @@ Expected<Target> makeTarget(const AotOptions &o) {
   // libmvec's x86-64 vector variants, for the ISAs this CPU has; their
   // presence is checked in this machine's libmvec (the program links it).
   llvm::Triple tt(triple);
+  auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
+  if (tt.getArch() == llvm::Triple::x86_64)
+    t.emit.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
   if (tt.getArch() == llvm::Triple::x86_64 && tt.isOSLinux()) {
     std::string e;
     auto lib = llvm::sys::DynamicLibrary::getPermanentLibrary("libmvec.so.1", &e);
     if (lib.isValid()) {
-      auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
       t.emit.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
-      if (has("avx512f"))
-        t.emit.preferVectorWidth = 512;
       t.emit.hasVectorVariant = [lib](const std::string &name) mutable { return lib.getAddressOfSymbol(name.c_str()) != nullptr; };
     }
   }

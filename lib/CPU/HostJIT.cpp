@@ -89,13 +89,12 @@ public:
       return fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
     self->jit_ = std::move(*jit);
 
-    // libmvec supplies the vector math; without it kernels stay scalar.
+    self->emit_.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
+    // libmvec supplies the vector math; without it math runs lane by lane.
     std::string err;
     self->libmvec_ = llvm::sys::DynamicLibrary::getPermanentLibrary(kLibmvec, &err);
     if (self->libmvec_.isValid()) {
       self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
-      if (has("avx512f"))
-        self->emit_.preferVectorWidth = 512;
       t.vectorMath = "libmvec:" + self->emit_.vectorISAs;
       auto lib = self->libmvec_;
       self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {

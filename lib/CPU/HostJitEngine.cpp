@@ -24,7 +24,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-3")
+  k.add("format", "hsnn-host-object-4")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -188,7 +188,7 @@ private:
                         static_cast<const T *>(a.err), static_cast<T *>(a.out0), static_cast<T *>(a.out1), block,
                         [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
                           auto fn = reinterpret_cast<ActivationFn<T>>(fns[n]);
-                          runPadded<T>(fn, zIn, errIn, o0, o1, p + m.offsets[n], len);
+                          fn(zIn, errIn, o0, o1, p + m.offsets[n], int64_t(len));
                         });
   }
 
@@ -198,33 +198,8 @@ private:
     T *out = static_cast<T *>(a.out);
     T scale = T(a.scale);
     const double *p = params.values.data();
-    bool sums = kindInfo(kind).summing;
     return launchLoss(a.n, kLossBlock, [&](size_t i0, size_t len) {
-      // Whole multiples of the padding go straight through; the tail runs
-      // padded, per element, and its losses are added after in order.
-      size_t main = len - len % kKernelPadding, tail = len - main;
-      double sum = main ? fn(yp + i0, yt + i0, out ? out + i0 : nullptr, p, int64_t(main), scale) : 0.0;
-      if (tail) {
-        constexpr size_t P = kKernelPadding;
-        T yb[P] = {}, tb[P] = {}, l[P], g[P];
-        std::copy_n(yp + i0 + main, tail, yb);
-        std::copy_n(yt + i0 + main, tail, tb);
-        auto elements = reinterpret_cast<LossFn<T>>(nodeKernel_[size_t(KernelKind::LossElements)][0]);
-        auto gradient = reinterpret_cast<LossFn<T>>(nodeKernel_[size_t(KernelKind::LossGradient)][0]);
-        if (kindInfo(kind).value)
-          elements(yb, tb, l, p, int64_t(P), scale);
-        if (kindInfo(kind).derivative)
-          gradient(yb, tb, g, p, int64_t(P), scale);
-        for (size_t i = 0; i < tail; ++i) {
-          if (sums)
-            sum += double(l[i]);
-          if (kind == KernelKind::LossElements)
-            out[i0 + main + i] = l[i];
-          else if (kindInfo(kind).derivative)
-            out[i0 + main + i] = g[i];
-        }
-      }
-      return sum;
+      return fn(yp + i0, yt + i0, out ? out + i0 : nullptr, p, int64_t(len), scale);
     });
   }
 

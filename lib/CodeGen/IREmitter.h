@@ -25,14 +25,14 @@ struct EmitOptions {
   /// name (e.g. "_ZGVdN8v_expf"); such variants are offered to the loop
   /// vectorizer. Null: none (scalar calls only).
   std::function<bool(const std::string &)> hasVectorVariant;
-  /// Vector ISA letters to offer, widest first: 'e' AVX-512, 'd' AVX2, 'b' SSE.
+  /// Vector ISA letters of the libmvec variants available, widest first:
+  /// 'e' AVX-512, 'd' AVX2, 'b' SSE (reported in the target description).
   std::string vectorISAs;
+  /// Width of the CPU kernels' vectors in bits (512 with AVX-512, 256 with
+  /// AVX, else 128): each loop iteration computes this many bits of elements.
+  unsigned vectorBits = 128;
   /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.
   bool fastMath = false;
-  /// Loop interleave count for the vectorizer; 0 lets LLVM choose.
-  int interleave = 0;
-  /// Widest vector the vectorizer should prefer, in bits; 0: the target's default.
-  unsigned preferVectorWidth = 0;
   /// NVPTX: math through libdevice (__nv_*).
   bool gpu = false;
 };

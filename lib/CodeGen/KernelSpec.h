@@ -35,35 +35,6 @@ using ActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const 
 template <class T>
 using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
 
-/// Callers pass element counts that are multiples of this (padding the
-/// last run), so that every element goes through the vectorized loop body
-/// and a value's result does not depend on its position in the array.
-inline constexpr size_t kKernelPadding = 128;
-
-/// Runs an activation kernel over n elements of any count: the whole
-/// multiples of kKernelPadding directly, the rest through padded buffers.
-template <class T>
-void runPadded(ActivationFn<T> fn, const T *z, const T *err, T *out0, T *out1, const double *params, size_t n) {
-  size_t main = n - n % kKernelPadding;
-  if (main)
-    fn(z, err, out0, out1, params, int64_t(main));
-  if (main == n)
-    return;
-  size_t tail = n - main;
-  T zb[kKernelPadding] = {}, eb[kKernelPadding] = {}, o0[kKernelPadding], o1[kKernelPadding];
-  for (size_t i = 0; i < tail; ++i) {
-    zb[i] = z[main + i];
-    if (err)
-      eb[i] = err[main + i];
-  }
-  fn(zb, eb, o0, o1, params, int64_t(kKernelPadding));
-  for (size_t i = 0; i < tail; ++i) {
-    out0[main + i] = o0[i];
-    if (out1)
-      out1[main + i] = o1[i];
-  }
-}
-
 /// One kernel to generate: its symbol, the tape, and its kind and type.
 struct KernelRequest {
   std::string symbol;

@@ -1,16 +1,14 @@
 //===- lib/CodeGen/Lowering.cpp - One Program's instructions as IR --------===//
 //
 // No fast-math flags and no contraction unless asked, so results match the
-// interpreter. Math calls carry "vector-function-abi-variant" so that
-// libmvec's vector versions are used when a CPU loop is vectorized; on the
-// GPU they are libdevice's __nv_* functions.
+// interpreter. The CPU kernels lower whole vectors (one value per lane) and
+// call libmvec's vector functions directly; on the GPU values are scalars
+// and math calls are libdevice's __nv_* functions.
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
-#include <llvm/ADT/StringExtras.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Transforms/Utils/ModuleUtils.h>
 
 #include <cmath>
 #include <fmt/format.h>
@@ -21,14 +19,21 @@ using namespace llvm;
 
 void ElementLowering::constants(IRBuilder<> &b, const Program &p, Value *params, Type *t, std::vector<Value *> &slot) {
   slot.assign(p.code.size(), nullptr);
+  auto *vt = dyn_cast<FixedVectorType>(t);
+  Type *et = t->getScalarType();
   for (size_t i = 0; i < p.code.size(); ++i) {
     const Instr &in = p.code[i];
-    if (in.op == Op::Number)
-      slot[i] = in.isBool ? ConstantInt::getBool(ctx_, in.number != 0) : ConstantFP::get(t, in.number);
-    else if (in.op == Op::Param) {
+    if (in.op == Op::Number && in.isBool) {
+      Constant *c = ConstantInt::getBool(ctx_, in.number != 0);
+      slot[i] = vt ? ConstantVector::getSplat(vt->getElementCount(), c) : c;
+    } else if (in.op == Op::Number) {
+      slot[i] = ConstantFP::get(t, in.number);
+    } else if (in.op == Op::Param) {
       Value *addr = b.CreateConstInBoundsGEP1_64(b.getDoubleTy(), params, in.param);
       Value *v = b.CreateLoad(b.getDoubleTy(), addr, "param");
-      slot[i] = t->isFloatTy() ? b.CreateFPTrunc(v, t) : v;
+      if (et->isFloatTy())
+        v = b.CreateFPTrunc(v, et);
+      slot[i] = vt ? b.CreateVectorSplat(vt->getElementCount(), v) : v;
     }
   }
 }
@@ -61,7 +66,13 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind
       return io.preloaded[arg];
     return b.CreateLoad(t, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at));
   };
-  auto store = [&](Value *v, unsigned arg) { b.CreateStore(v, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at)); };
+  auto store = [&](Value *v, unsigned arg) {
+    if (io.store)
+      io.store(v, arg);
+    else
+      b.CreateStore(v, b.CreateInBoundsGEP(t, io.fn->getArg(arg), io.at));
+  };
+  auto sum = [&](Value *loss) { return io.accumulate ? io.accumulate(loss) : addToSum(b, acc, loss, t); };
   Value *vars[3] = {nullptr, nullptr, nullptr};
   if (isLoss(kind)) {
     vars[size_t(Variable::YPred)] = load(0);
@@ -72,6 +83,11 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind
   if (llvm::Error e = evaluate(b, p, slot, vars, t))
     return e;
   auto out = [&](size_t k) { return slot[p.outputs[k]]; };
+  auto scale = [&]() -> Value * {
+    Value *s = io.fn->getArg(io.scaleArg);
+    auto *vt = dyn_cast<FixedVectorType>(t);
+    return vt ? b.CreateVectorSplat(vt->getElementCount(), s) : s;
+  };
   switch (kind) {
   case KernelKind::Forward:
   case KernelKind::LossElements:
@@ -85,13 +101,13 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind
     store(out(1), 3);
     return nullptr;
   case KernelKind::LossSum:
-    return addToSum(b, acc, out(0), t);
+    return sum(out(0));
   case KernelKind::LossGradient:
-    store(b.CreateFMul(out(0), io.fn->getArg(io.scaleArg)), 2);
+    store(b.CreateFMul(out(0), scale()), 2);
     return nullptr;
   case KernelKind::LossFused:
-    store(b.CreateFMul(out(1), io.fn->getArg(io.scaleArg)), 2);
-    return addToSum(b, acc, out(0), t);
+    store(b.CreateFMul(out(1), scale()), 2);
+    return sum(out(0));
   }
   return nullptr;
 }
@@ -174,15 +190,39 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
   return callMath(b, libm, args, t);
 }
 
-// An LLVM intrinsic ("llvm.fabs") or a libm function ("exp" -> exp/expf),
-// the latter marked pure and offered with its vector variants.
+// An LLVM intrinsic ("llvm.fabs") or a libm function ("exp" -> exp/expf).
+// On a vector, libmvec's variant of the vector's width when it exists
+// (_ZGVeN16v_expf is 16 floats in AVX-512 registers), else the scalar
+// function lane by lane: every element of a kernel goes through the same
+// code whatever its position, so results do not depend on where it sits.
 Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef<Value *> args, Type *t) {
   if (base.starts_with("llvm.")) {
     Intrinsic::ID id = Function::lookupIntrinsicID(StringRef(base.data(), base.size()));
     return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
   }
   // libdevice names its functions __nv_exp, __nv_expf, ...
-  std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (t->isFloatTy() ? "f" : "");
+  Type *et = t->getScalarType();
+  std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");
+  auto *vt = dyn_cast<FixedVectorType>(t);
+  if (!vt)
+    return callScalar(b, name, args, t);
+  unsigned lanes = vt->getNumElements(), bits = lanes * et->getPrimitiveSizeInBits();
+  char isa = bits == 512 ? 'e' : bits == 256 ? 'd' : 'b';
+  std::string vname = fmt::format("_ZGV{}N{}{}_{}", isa, lanes, std::string(args.size(), 'v'), name);
+  if (opt_.vectorISAs.find(isa) != std::string::npos && opt_.hasVectorVariant && opt_.hasVectorVariant(vname))
+    return callScalar(b, vname, args, t);
+  Value *result = PoisonValue::get(t);
+  for (unsigned l = 0; l < lanes; ++l) {
+    SmallVector<Value *, 2> laneArgs;
+    for (Value *a : args)
+      laneArgs.push_back(b.CreateExtractElement(a, l));
+    result = b.CreateInsertElement(result, callScalar(b, name, laneArgs, et), l);
+  }
+  return result;
+}
+
+// A call to an external function of type t(t, ...) that reads no memory.
+Value *ElementLowering::callScalar(IRBuilder<> &b, const std::string &name, ArrayRef<Value *> args, Type *t) {
   SmallVector<Type *, 2> params(args.size(), t);
   FunctionCallee callee = m_.getOrInsertFunction(name, FunctionType::get(t, params, false));
   auto *decl = cast<Function>(callee.getCallee());
@@ -191,34 +231,7 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   decl->setWillReturn();
   CallInst *call = b.CreateCall(callee, args);
   call->setDoesNotAccessMemory();
-  std::string variants = vectorVariants(name, args.size(), t);
-  if (!variants.empty())
-    call->addFnAttr(Attribute::get(ctx_, "vector-function-abi-variant", variants));
   return call;
-}
-
-std::string ElementLowering::vectorVariants(const std::string &name, size_t arity, Type *t) {
-  if (!opt_.hasVectorVariant)
-    return "";
-  std::vector<std::string> mappings;
-  for (char isa : opt_.vectorISAs) {
-    unsigned bits = isa == 'e' ? 512 : isa == 'd' ? 256 : 128;
-    unsigned lanes = bits / t->getPrimitiveSizeInBits();
-    std::string vs(arity, 'v');
-    std::string vname = fmt::format("_ZGV{}N{}{}_{}", isa, lanes, vs, name);
-    if (!opt_.hasVectorVariant(vname))
-      continue;
-    if (!m_.getFunction(vname)) {
-      auto *vt = FixedVectorType::get(t, lanes);
-      SmallVector<Type *, 2> params(arity, vt);
-      Function *vf = Function::Create(FunctionType::get(vt, params, false), Function::ExternalLinkage, vname, m_);
-      vf->setDoesNotAccessMemory();
-      vf->setDoesNotThrow();
-      appendToCompilerUsed(m_, {vf});
-    }
-    mappings.push_back(fmt::format("_ZGV_LLVM_N{}{}_{}({})", lanes, vs, name, vname));
-  }
-  return join(mappings, ",");
 }
 
 } // namespace hsnn::detail

@@ -14,6 +14,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/Error.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ struct ElementIO {
   /// Inputs already loaded (arrays 0 and 1: z and err, or yPred and yTrue),
   /// for kernels that load ahead; null: load at `at`.
   llvm::Value *preloaded[2] = {nullptr, nullptr};
+  /// Where output array `arg` receives `v`; null: a store at `at`.
+  std::function<void(llvm::Value *v, unsigned arg)> store;
+  /// Summing kinds: adds one element's loss to the running sum and returns
+  /// the new sum; null: acc + loss through addToSum.
+  std::function<llvm::Value *(llvm::Value *loss)> accumulate;
 };
 
 /// noalias + nocapture on every pointer argument: arrays may be the same
@@ -41,7 +47,8 @@ public:
   ElementLowering(llvm::Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o) {}
 
   /// Fills `slot` (one value per instruction) with the program's numbers and
-  /// constants, the latter loaded from `params` (a double array).
+  /// constants, the latter loaded from `params` (a double array). `t` may be
+  /// a vector type: every value is then that many elements, lane by lane.
   void constants(llvm::IRBuilder<> &b, const Program &p, llvm::Value *params, llvm::Type *t,
                  std::vector<llvm::Value *> &slot);
   /// Lowers every instruction `slot` does not hold yet. `vars` are the
@@ -61,7 +68,8 @@ private:
   llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
                                       const std::vector<llvm::Value *> &slot, llvm::Value *const vars[3], llvm::Type *t);
   llvm::Value *callMath(llvm::IRBuilder<> &b, std::string_view base, llvm::ArrayRef<llvm::Value *> args, llvm::Type *t);
-  std::string vectorVariants(const std::string &name, size_t arity, llvm::Type *t);
+  llvm::Value *callScalar(llvm::IRBuilder<> &b, const std::string &name, llvm::ArrayRef<llvm::Value *> args,
+                          llvm::Type *t);
 
   llvm::Module &m_;
   llvm::LLVMContext &ctx_;

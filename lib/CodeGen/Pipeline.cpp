@@ -15,9 +15,6 @@
 #include <llvm/Transforms/InstCombine/InstCombine.h>
 #include <llvm/Transforms/Scalar/EarlyCSE.h>
 #include <llvm/Transforms/Scalar/SimplifyCFG.h>
-#include <llvm/Transforms/Utils/LCSSA.h>
-#include <llvm/Transforms/Utils/LoopSimplify.h>
-#include <llvm/Transforms/Vectorize/LoopVectorize.h>
 
 #include <chrono>
 #include <fmt/format.h>
@@ -25,18 +22,11 @@
 namespace hsnn::detail {
 namespace {
 
-// The emitter's kernels are single counted loops over straight-line,
-// already CSE'd code with constants hoisted: they need the vectorizer and a
-// cleanup around it, not the whole O3 pipeline (which costs ~3x the time
-// for the same machine code).
+// The emitter's kernels are single loops over straight-line vector code,
+// already CSE'd, with constants hoisted: they need a cleanup, not the whole
+// O3 pipeline (which costs ~3x the time for the same machine code).
 llvm::FunctionPassManager kernelPipeline(llvm::OptimizationLevel level) {
   llvm::FunctionPassManager fpm;
-  fpm.addPass(llvm::InstCombinePass());
-  fpm.addPass(llvm::SimplifyCFGPass());
-  fpm.addPass(llvm::LoopSimplifyPass());
-  fpm.addPass(llvm::LCSSAPass());
-  fpm.addPass(llvm::LoopVectorizePass(llvm::LoopVectorizeOptions(/*InterleaveOnlyWhenForced=*/false,
-                                                                 /*VectorizeOnlyWhenForced=*/false)));
   fpm.addPass(llvm::InstCombinePass());
   fpm.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions().convertSwitchRangeToICmp(true)));
   if (level.getSpeedupLevel() >= 2)
@@ -65,9 +55,8 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
                                             const PipelineOptions &options, CompileStats *stats,
                                             const ModuleExtender &extend) {
   auto t0 = Clock::now();
-  // -O1 keeps the vectorizer but uses the fast instruction selector and
-  // register allocator: about a third of the compile time for code 5-20%
-  // slower (measured on bench W1-W4).
+  // -O1 uses the fast instruction selector and register allocator: about
+  // a third of the compile time for code 5-20% slower (bench W1-W4).
   tm.setOptLevel(options.optLevel <= 1   ? llvm::CodeGenOptLevel::None
                  : options.optLevel == 2 ? llvm::CodeGenOptLevel::Default
                                          : llvm::CodeGenOptLevel::Aggressive);

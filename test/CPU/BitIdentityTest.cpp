@@ -1,0 +1,264 @@
+//===- test/CPU/BitIdentityTest.cpp - The same bits from every entry point ===//
+//
+// A property test: random layers of built-ins, random batch sizes (1..33,
+// primes), both layouts, forward vs fused vs backward vs the AOT object's
+// whole-layer and _range entry points, 1 vs 2 threads. An element's result
+// must not depend on where it sits or which path computed it: compared bit
+// for bit (NaN payloads aside), not within a tolerance.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "CPU/HostJIT.h"
+#include "hsnn/AOT.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <cstring>
+#include <fmt/format.h>
+#include <random>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+namespace {
+
+#define REQUIRE_JIT()                                                                                        \
+  if (std::string why = runtimeInfo().cpuJitUnavailableReason; !runtimeInfo().cpuJitEnabled) {              \
+    MESSAGE("skipped: cpu_jit unavailable (" << why << ")");                                                 \
+    return;                                                                                                  \
+  }
+
+template <class T> bool sameBits(T a, T b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+template <class T> void expectSameBits(const std::vector<T> &got, const std::vector<T> &want, const char *what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!sameBits(got[i], want[i]) && bad++ == 0)
+      first = i;
+  INFO(what << ": " << bad << " of " << got.size() << " elements differ; first at " << first << ": "
+            << (bad ? got[first] : T(0)) << " vs " << (bad ? want[first] : T(0)));
+  CHECK(bad == 0);
+}
+
+// Values over the whole range: edges, tails of the math functions, random scales.
+template <class T> std::vector<T> values(size_t n, std::mt19937_64 &rng) {
+  std::vector<T> v = {T(0), T(-0.0), T(1), T(-1), T(3), T(-3), T(-2.99914288520813), T(20), T(-20), T(88.5),
+                      T(-88.5), T(1e-30), T(-1e-30), std::numeric_limits<T>::infinity(),
+                      -std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN(),
+                      std::numeric_limits<T>::denorm_min(), std::numeric_limits<T>::max()};
+  std::uniform_real_distribution<double> mant(-1, 1);
+  std::uniform_int_distribution<int> scale(-12, 9);
+  while (v.size() < n)
+    v.push_back(T(std::ldexp(mant(rng), scale(rng))));
+  v.resize(n);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+std::vector<NodeSpec> randomLayer(std::mt19937_64 &rng, size_t nodes) {
+  std::vector<std::string> pool = builtinNames(FormulaMode::Activation);
+  for (const char *f : {"sin(num)*alpha + beta", "exp(-num**2/2)", "log(cosh(num))", "atan(num)/(1 + num**2)"})
+    pool.push_back(f);
+  std::vector<NodeSpec> out;
+  for (size_t i = 0; i < nodes; ++i) {
+    std::string f = pool[rng() % pool.size()];
+    std::map<std::string, double> c;
+    if (f.find("alpha") != std::string::npos)
+      c = {{"alpha", 1.25}, {"beta", -0.5}};
+    out.push_back({f, c});
+  }
+  return out;
+}
+
+// Nodes-major (nodes x batch) to batch-major (batch x nodes) and back.
+template <class T> std::vector<T> transposed(const std::vector<T> &v, size_t rows, size_t cols) {
+  std::vector<T> t(v.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      t[c * rows + r] = v[r * cols + c];
+  return t;
+}
+
+// A layer's AOT object, loaded into this process through the JIT's linker.
+template <class T> struct AotLayer {
+  using Forward = void (*)(const T *, T *, int64_t, const double *);
+  using Fused = void (*)(const T *, T *, T *, int64_t, const double *);
+  using ForwardRange = void (*)(const T *, T *, int64_t, const double *, int64_t, int64_t);
+  std::shared_ptr<detail::KernelLibrary> lib;
+  Forward forward = nullptr;
+  Fused fused = nullptr;
+  ForwardRange forwardRange = nullptr;
+  const double *params = nullptr;
+};
+
+template <class T> AotLayer<T> loadAot(const std::string &name, const std::vector<NodeSpec> &nodes, Layout layout) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  auto art = compileLayerAot(name, nodes, dt, layout);
+  REQUIRE_OK_EXPECTED(art);
+  auto jit = detail::HostJIT::get();
+  REQUIRE_OK_EXPECTED(jit);
+  std::vector<std::vector<char>> objects = {art->bytes};
+  std::vector<std::string> symbols = {name + "_forward", name + "_fused", name + "_forward_range",
+                                      name + "_default_params"};
+  auto lib = (*jit)->load(objects, symbols, nullptr);
+  REQUIRE_OK_EXPECTED(lib);
+  AotLayer<T> a;
+  a.lib = *lib;
+  a.forward = reinterpret_cast<typename AotLayer<T>::Forward>(a.lib->address(symbols[0]));
+  a.fused = reinterpret_cast<typename AotLayer<T>::Fused>(a.lib->address(symbols[1]));
+  a.forwardRange = reinterpret_cast<typename AotLayer<T>::ForwardRange>(a.lib->address(symbols[2]));
+  a.params = static_cast<const double *>(a.lib->address(symbols[3]));
+  REQUIRE((a.forward && a.fused && a.forwardRange && a.params));
+  return a;
+}
+
+template <class T> void checkLayer(uint64_t seed) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::mt19937_64 rng(seed);
+  const size_t nodes = 3 + rng() % 6;
+  std::vector<NodeSpec> spec = randomLayer(rng, nodes);
+  std::string names;
+  for (const NodeSpec &s : spec)
+    names += s.formula + "; ";
+  CAPTURE(names);
+  CAPTURE(seed);
+
+  // The reference: each node over M values in one nodes-major call.
+  const size_t M = 401;
+  std::vector<T> z;
+  for (size_t n = 0; n < nodes; ++n) {
+    std::vector<T> v = values<T>(M, rng);
+    z.insert(z.end(), v.begin(), v.end());
+  }
+  auto nm = ActivationLayer::compile(spec, {.method = Method::CpuJit, .dtype = dt});
+  auto bm = ActivationLayer::compile(spec, {.method = Method::CpuJit, .dtype = dt, .layout = Layout::BatchMajor});
+  REQUIRE_OK_EXPECTED(nm);
+  REQUIRE_OK_EXPECTED(bm);
+  std::vector<T> refA(z.size()), refD(z.size());
+  REQUIRE_OK(nm->fused(z, refA, refD, M));
+
+  // Whole-array paths: forward, backward with err = 1, batch-major, 1 thread.
+  {
+    std::vector<T> a(z.size()), d(z.size()), ones(z.size(), T(1));
+    REQUIRE_OK(nm->forward(z, a, M));
+    expectSameBits(a, refA, "forward vs fused");
+    REQUIRE_OK(nm->backward(z, ones, d, M));
+    expectSameBits(d, refD, "backward(err = 1) vs fused");
+    std::vector<T> zb = transposed(z, nodes, M), ab(z.size()), db(z.size());
+    REQUIRE_OK(bm->fused(zb, ab, db, M));
+    expectSameBits(transposed(ab, M, nodes), refA, "batch_major vs nodes_major");
+    expectSameBits(transposed(db, M, nodes), refD, "batch_major derivative vs nodes_major");
+    auto one = ActivationLayer::compile(spec, {.method = Method::CpuJit, .dtype = dt, .threads = 1});
+    REQUIRE_OK_EXPECTED(one);
+    REQUIRE_OK(one->forward(z, a, M));
+    expectSameBits(a, refA, "1 thread vs default");
+  }
+
+  // Every batch size up to 33 and some primes, at random offsets: element
+  // (n, i) of a call holds the value at (n, offset + i) of the reference.
+  std::vector<size_t> batches;
+  for (size_t b = 1; b <= 33; ++b)
+    batches.push_back(b);
+  for (size_t b : {37, 61, 97, 131, 257, 389})
+    batches.push_back(b);
+  for (size_t b : batches) {
+    CAPTURE(b);
+    size_t off = rng() % (M - b + 1);
+    std::vector<T> zs, want;
+    for (size_t n = 0; n < nodes; ++n)
+      for (size_t i = 0; i < b; ++i) {
+        zs.push_back(z[n * M + off + i]);
+        want.push_back(refA[n * M + off + i]);
+      }
+    std::vector<T> a(zs.size());
+    REQUIRE_OK(nm->forward(zs, a, b));
+    expectSameBits(a, want, "nodes_major batch slice");
+    std::vector<T> ab(zs.size());
+    REQUIRE_OK(bm->forward(transposed(zs, nodes, b), ab, b));
+    expectSameBits(transposed(ab, b, nodes), want, "batch_major batch slice");
+  }
+
+  // The AOT object of the same spec: whole layer, fused and _range, both layouts.
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    CAPTURE(to_string(layout));
+    bool batchMajor = layout == Layout::BatchMajor;
+    std::string name = fmt::format("bits_{}_{}_{}", seed, to_string(dt), batchMajor ? "bm" : "nm");
+    AotLayer<T> aot = loadAot<T>(name, spec, layout);
+    std::vector<T> zin = batchMajor ? transposed(z, nodes, M) : z;
+    auto back = [&](const std::vector<T> &v) { return batchMajor ? transposed(v, M, nodes) : v; };
+    std::vector<T> a(z.size()), d(z.size());
+    aot.forward(zin.data(), a.data(), int64_t(M), aot.params);
+    expectSameBits(back(a), refA, "AOT forward vs JIT");
+    aot.fused(zin.data(), a.data(), d.data(), int64_t(M), aot.params);
+    expectSameBits(back(a), refA, "AOT fused vs JIT");
+    expectSameBits(back(d), refD, "AOT fused derivative vs JIT");
+    std::fill(a.begin(), a.end(), T(0));
+    size_t mid = nodes / 2;
+    aot.forwardRange(zin.data(), a.data(), int64_t(M), aot.params, 0, int64_t(mid));
+    aot.forwardRange(zin.data(), a.data(), int64_t(M), aot.params, int64_t(mid), int64_t(nodes));
+    expectSameBits(back(a), refA, "AOT forward_range vs JIT");
+  }
+}
+
+template <class T> void checkLoss(const std::string &name, uint64_t seed) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  CAPTURE(name);
+  std::mt19937_64 rng(seed);
+  const size_t M = 70001; // above the serial threshold: the 2-thread call splits
+  std::vector<T> yp = values<T>(M, rng), yt(M);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (size_t i = 0; i < M; ++i) {
+    if (name == "bce") // probabilities
+      yp[i] = T(u(rng));
+    yt[i] = name == "bce" || name == "bce_with_logits" ? T(rng() % 2) : T(u(rng) * 4 - 2);
+  }
+  auto two = Loss::compile(name, {}, {.method = Method::CpuJit, .dtype = dt, .reduction = Reduction::Sum, .threads = 2});
+  auto one = Loss::compile(name, {}, {.method = Method::CpuJit, .dtype = dt, .reduction = Reduction::Sum, .threads = 1});
+  REQUIRE_OK_EXPECTED(two);
+  REQUIRE_OK_EXPECTED(one);
+  std::vector<T> g(M), gf(M), l(M);
+  REQUIRE_OK(two->gradient(yp, yt, g));
+  auto sum = two->fused(yp, yt, gf);
+  REQUIRE_OK_EXPECTED(sum);
+  expectSameBits(gf, g, "fused gradient vs gradient");
+  auto sum1 = one->fused(yp, yt, gf);
+  REQUIRE_OK_EXPECTED(sum1);
+  CHECK(sameBits(*sum, *sum1));
+  auto value = one->forward(yp, yt);
+  REQUIRE_OK_EXPECTED(value);
+  CHECK(sameBits(*value, *sum));
+  // Element by element at any offset and length.
+  REQUIRE_OK(two->forwardElements(yp, yt, l));
+  for (size_t b : {1, 2, 3, 5, 7, 13, 17, 31, 33, 97}) {
+    size_t off = rng() % (M - b);
+    std::vector<T> ls(b), gs(b);
+    std::span<const T> p(yp.data() + off, b), t(yt.data() + off, b);
+    REQUIRE_OK(one->forwardElements(p, t, ls));
+    REQUIRE_OK(one->gradient(p, t, gs));
+    expectSameBits(ls, std::vector<T>(l.begin() + off, l.begin() + off + b), "loss elements slice");
+    expectSameBits(gs, std::vector<T>(g.begin() + off, g.begin() + off + b), "loss gradient slice");
+  }
+}
+
+} // namespace
+
+TEST_CASE("property: every entry point, layout, batch size, thread count and AOT give the same bits") {
+  REQUIRE_JIT();
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    checkLayer<float>(seed);
+    checkLayer<double>(seed + 100);
+  }
+}
+
+TEST_CASE("property: loss gradients and sums have the same bits on every path and thread count") {
+  REQUIRE_JIT();
+  for (const std::string &name : builtinNames(FormulaMode::Loss)) {
+    checkLoss<float>(name, 11);
+    checkLoss<double>(name, 12);
+  }
+}
