@@ -1,6 +1,8 @@
 //===- lib/Program/Interpreter.cpp - Block interpreter and layout loops ---===//
 #include "Interpreter.h"
 
+#include <cmath>
+
 #include "Launch.h"
 
 #include "../Expr/OpTable.h"
@@ -96,10 +98,17 @@ double interpretLoss(const Program &p, KernelKind kind, const double *params, co
     if (kind == KernelKind::LossElements)
       outs[0] = out + i0;
     runBlock<T>(p, vars, params, outs, len);
-    double sum = 0;
+    // Compensated (Neumaier) like the compiled kernels, so f64 sums stay
+    // within a few ulp of the exact sum whatever their length.
+    double sum = 0, comp = 0;
     if (kind == KernelKind::LossSum || kind == KernelKind::LossFused)
-      for (size_t i = 0; i < len; ++i)
-        sum += double(buf[0][i]);
+      for (size_t i = 0; i < len; ++i) {
+        double x = double(buf[0][i]), t = sum + x;
+        comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+        sum = t;
+      }
+    if (std::isfinite(sum))
+      sum += comp;
     if (kind == KernelKind::LossGradient || kind == KernelKind::LossFused) {
       const T *g = kind == KernelKind::LossFused ? buf[1] : buf[0];
       for (size_t i = 0; i < len; ++i)
