@@ -13,10 +13,26 @@ using A = std::span<const Expr>;
 Expr n(ExprContext &c, double v) { return c.number(v); }
 Expr pos(ExprContext &c, Expr u) { return c.make(Op::Gt, {u, n(c, 0)}); }
 Expr pw(ExprContext &c, Expr a, Expr cond, Expr b) { return c.make(Op::Piecewise, {a, cond, b}); }
+// (u + 3)/6 rather than u/6 + 0.5: exact where it crosses 0 (u + 3 is exact
+// for u in [-6, -1.5]); u/6 + 0.5 was 683-2700 ulp off near u = -3.
 Expr hardsigmoid(ExprContext &c, Expr u) {
-  return c.make(Op::Max, {n(c, 0), c.make(Op::Min, {n(c, 1), c.add(c.div(u, n(c, 6)), n(c, 0.5))})});
+  return c.make(Op::Max, {n(c, 0), c.make(Op::Min, {n(c, 1), c.div(c.add(u, n(c, 3)), n(c, 6))})});
 }
 Expr diff(ExprContext &c, A a) { return c.sub(a[0], a[1]); }
+
+// A self-gated activation u*g(u) at its limits: -0 below `lo` (where g has
+// underflowed, and -inf*0 would be NaN), u above `hi` (where u*g'(u) would
+// be inf*0 in the derivative). NaN fails both tests and stays NaN.
+Expr gated(ExprContext &c, Expr u, Expr body, double lo, double hi) {
+  return c.make(Op::Piecewise, {n(c, -0.0), c.make(Op::Le, {u, n(c, lo)}), u, c.make(Op::Ge, {u, n(c, hi)}), body});
+}
+
+// x*log(y) that is 0 where x is 0 and y is a number (log 0 included), as
+// frameworks' xlogy: bce with eps = 0 is 0, not NaN, at a confident right answer.
+Expr xlogy(ExprContext &c, Expr x, Expr y, Expr logy) {
+  Expr zeroWeight = c.make(Op::And, {c.make(Op::Eq, {x, n(c, 0)}), c.make(Op::Eq, {y, y})});
+  return pw(c, n(c, 0), zeroWeight, c.mul(x, logy));
+}
 
 // A function-local static, not a global: layers may be compiled while other
 // files are still being statically initialised (a layer held in a global).
@@ -25,16 +41,20 @@ std::span<const BuiltinDef> table() {
     {{"relu", FormulaMode::Activation, "Max(0, num)", {}}, [](ExprContext &c, A a) { return c.make(Op::Max, {n(c, 0), a[0]}); }},
     {{"sigmoid", FormulaMode::Activation, "1/(1 + exp(-num))", {}}, [](ExprContext &c, A a) { return c.call(Op::Sigmoid, a[0]); }},
     {{"swish", FormulaMode::Activation, "num/(1 + exp(-num))", {}},
-     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Sigmoid, a[0])); }},
+     [](ExprContext &c, A a) { return gated(c, a[0], c.mul(a[0], c.call(Op::Sigmoid, a[0])), -1000, 1000); }},
     {{"silu", FormulaMode::Activation, "num/(1 + exp(-num))", {}},
-     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Sigmoid, a[0])); }},
+     [](ExprContext &c, A a) { return gated(c, a[0], c.mul(a[0], c.call(Op::Sigmoid, a[0])), -1000, 1000); }},
     {{"softplus", FormulaMode::Activation, "log(1 + exp(num))", {}}, [](ExprContext &c, A a) { return c.call(Op::Softplus, a[0]); }},
     {{"mish", FormulaMode::Activation, "num*tanh(log(1 + exp(num)))", {}},
-     [](ExprContext &c, A a) { return c.mul(a[0], c.call(Op::Tanh, c.call(Op::Softplus, a[0]))); }},
+     [](ExprContext &c, A a) {
+       return gated(c, a[0], c.mul(a[0], c.call(Op::Tanh, c.call(Op::Softplus, a[0]))), -1000, 1000);
+     }},
     {{"gelu", FormulaMode::Activation, "0.5*num*(1 + erf(num/sqrt(2)))", {}},
      [](ExprContext &c, A a) {
-       // 1 + erf(-t) cancels for t >> 0; erfc(t) is the same value without the cancellation.
-       return c.mul(c.mul(n(c, 0.5), a[0]), c.call(Op::Erfc, c.div(c.neg(a[0]), n(c, 1.4142135623730951))));
+       // 1 + erf(-t) cancels for t >> 0; erfc(t) is the same value without
+       // the cancellation. Past +-40 gelu is x or -0 in both dtypes.
+       Expr body = c.mul(c.mul(n(c, 0.5), a[0]), c.call(Op::Erfc, c.div(c.neg(a[0]), n(c, 1.4142135623730951))));
+       return gated(c, a[0], body, -40, 40);
      }},
     {{"linear", FormulaMode::Activation, "num", {}}, [](ExprContext &, A a) { return a[0]; }},
     {{"tanh", FormulaMode::Activation, "tanh(num)", {}}, [](ExprContext &c, A a) { return c.call(Op::Tanh, a[0]); }},
@@ -53,16 +73,21 @@ std::span<const BuiltinDef> table() {
      [](ExprContext &c, A a) { return c.div(a[0], c.add(n(c, 1), c.call(Op::Abs, a[0]))); }},
     {{"hardtanh", FormulaMode::Activation, "Max(-1, Min(1, num))", {}},
      [](ExprContext &c, A a) { return c.make(Op::Max, {n(c, -1), c.make(Op::Min, {n(c, 1), a[0]})}); }},
-    {{"hardsigmoid", FormulaMode::Activation, "Max(0, Min(1, num/6 + 0.5))", {}},
+    {{"hardsigmoid", FormulaMode::Activation, "Max(0, Min(1, (num + 3)/6))", {}},
      [](ExprContext &c, A a) { return hardsigmoid(c, a[0]); }},
-    {{"hardswish", FormulaMode::Activation, "num*Max(0, Min(1, num/6 + 0.5))", {}},
-     [](ExprContext &c, A a) { return c.mul(a[0], hardsigmoid(c, a[0])); }},
+    {{"hardswish", FormulaMode::Activation, "Piecewise((0, num <= -3), (num, num >= 3), (num*(num + 3)/6, True))", {}},
+     [](ExprContext &c, A a) {
+       // Its derivative is then ((num + 3) + num)/6, exact near its zero at -1.5.
+       Expr u = a[0];
+       return c.make(Op::Piecewise, {n(c, 0), c.make(Op::Le, {u, n(c, -3)}), u, c.make(Op::Ge, {u, n(c, 3)}),
+                                     c.div(c.mul(u, c.add(u, n(c, 3))), n(c, 6))});
+     }},
     {{"gelu_tanh", FormulaMode::Activation, "0.5*num*(1 + tanh(sqrt(2/pi)*(num + 0.044715*num**3)))", {}},
      [](ExprContext &c, A a) {
        // 0.5*(1 + tanh(y)) = sigmoid(2y): the same value without cancellation for y << 0.
        Expr cube = c.mul(c.mul(a[0], a[0]), a[0]);
        Expr inner = c.mul(n(c, 2 * 0.7978845608028654), c.add(a[0], c.mul(n(c, 0.044715), cube)));
-       return c.mul(a[0], c.call(Op::Sigmoid, inner));
+       return gated(c, a[0], c.mul(a[0], c.call(Op::Sigmoid, inner)), -1000, 1000);
      }},
     {{"log_sigmoid", FormulaMode::Activation, "-log(1 + exp(-num))", {}},
      [](ExprContext &c, A a) { return c.neg(c.call(Op::Softplus, c.neg(a[0]))); }},
@@ -79,18 +104,29 @@ std::span<const BuiltinDef> table() {
        return pw(c, c.mul(n(c, 0.5), c.mul(d, d)), c.make(Op::Le, {ad, delta}),
                  c.mul(delta, c.sub(ad, c.mul(n(c, 0.5), delta))));
      }},
-    {{"bce", FormulaMode::Loss, "-(y_true*log(y_pred + eps) + (1 - y_true)*log(1 - y_pred + eps))", {{"eps", 1e-7}}},
+    {{"bce", FormulaMode::Loss, "-(xlogy(y_true, y_pred + eps) + xlogy(1 - y_true, 1 - y_pred + eps))", {{"eps", 1e-7}}},
      [](ExprContext &c, A a) {
-       Expr eps = c.param("eps");
-       Expr t1 = c.mul(a[1], c.call(Op::Log, c.add(a[0], eps)));
-       Expr t2 = c.mul(c.sub(n(c, 1), a[1]), c.call(Op::Log, c.add(c.sub(n(c, 1), a[0]), eps)));
+       // log(p + eps) and log(1 - p + eps), each in the form that keeps p's
+       // digits on its side of 1/2: 1 - p and p - 1 are exact there, and
+       // log1p takes the small rest (1 - p + eps rounded 1 + eps first, so
+       // p = 7e-8 gave -0 and the gradient's denominator cancelled near 1).
+       Expr eps = c.param("eps"), p = a[0], one = n(c, 1), low = c.make(Op::Lt, {p, n(c, 0.5)});
+       Expr logP = pw(c, c.call(Op::Log, c.add(p, eps)), low, c.call(Op::Log1p, c.add(c.sub(p, one), eps)));
+       Expr log1mP = pw(c, c.call(Op::Log1p, c.sub(eps, p)), low, c.call(Op::Log, c.add(c.sub(one, p), eps)));
+       Expr t1 = xlogy(c, a[1], c.add(p, eps), logP);
+       Expr t2 = xlogy(c, c.sub(one, a[1]), c.add(p, eps), log1mP);
        return c.neg(c.add(t1, t2));
      }},
     {{"log_cosh", FormulaMode::Loss, "log(cosh(y_pred - y_true))", {}},
      [](ExprContext &c, A a) {
-       // |d| + softplus(-2|d|) - log(2): cosh overflows past 710, this does not.
-       Expr ad = c.call(Op::Abs, diff(c, a));
-       return c.sub(c.add(ad, c.call(Op::Softplus, c.mul(n(c, -2), ad))), n(c, 0.6931471805599453));
+       // Near 0, log1p(2*sinh(d/2)**2) (cosh(d) - 1 without the cancellation;
+       // its derivative is tanh(d) as a product, so small gradients keep
+       // their digits); elsewhere |d| + softplus(-2|d|) - log(2), which does
+       // not overflow where cosh does.
+       Expr d = diff(c, a), ad = c.call(Op::Abs, d), s = c.call(Op::Sinh, c.div(d, n(c, 2)));
+       Expr small = c.call(Op::Log1p, c.mul(n(c, 2), c.mul(s, s)));
+       Expr large = c.sub(c.add(ad, c.call(Op::Softplus, c.mul(n(c, -2), ad))), n(c, 0.6931471805599453));
+       return pw(c, small, c.make(Op::Lt, {ad, n(c, 1)}), large);
      }},
     {{"smooth_l1", FormulaMode::Loss,
       "Piecewise((0.5*(y_pred - y_true)**2/beta, Abs(y_pred - y_true) < beta), (Abs(y_pred - y_true) - 0.5*beta, True))",
@@ -101,7 +137,13 @@ std::span<const BuiltinDef> table() {
                  c.sub(ad, c.mul(n(c, 0.5), beta)));
      }},
     {{"bce_with_logits", FormulaMode::Loss, "log(1 + exp(y_pred)) - y_true*y_pred", {}},
-     [](ExprContext &c, A a) { return c.sub(c.call(Op::Softplus, a[0]), c.mul(a[1], a[0])); }},
+     [](ExprContext &c, A a) {
+       // softplus(x) - t*x cancels for x >> 0 at t = 1 (it was 0 at x = 20
+       // for 2.06e-9); (1 - t)*x + softplus(-x) is the same without it there.
+       Expr x = a[0], t = a[1];
+       return pw(c, c.add(c.mul(c.sub(n(c, 1), t), x), c.call(Op::Softplus, c.neg(x))), c.make(Op::Ge, {x, n(c, 0)}),
+                 c.sub(c.call(Op::Softplus, x), c.mul(t, x)));
+     }},
     {{"poisson_nll", FormulaMode::Loss, "exp(y_pred) - y_true*y_pred", {}},
      [](ExprContext &c, A a) { return c.sub(c.call(Op::Exp, a[0]), c.mul(a[1], a[0])); }},
   };

@@ -80,7 +80,10 @@ LEAF_RULE(False)
 BINARY_RULE(Add, a + b, addD(c, da, db))
 BINARY_RULE(Sub, a - b, subD(c, da, db))
 BINARY_RULE(Mul, a *b, addD(c, da ? c.mul(da, b) : nullptr, mulD(c, a, db)))
-BINARY_RULE(Div, a / b, subD(c, da ? c.div(da, b) : nullptr, db ? c.div(c.mul(a, db), c.mul(b, b)) : nullptr))
+// (a'b - ab')/b/b: one numerator, so the simplifier can cancel its terms
+// (softsign's (1 + |x|) - |x| is 1), and no b*b to overflow.
+BINARY_RULE(Div, a / b,
+            !db ? c.div(da, b) : c.div(c.div(subD(c, da ? c.mul(da, b) : nullptr, c.mul(a, db)), b), b))
 // d(a**b) = b*a**(b-1)*a' + a**b*log(a)*b'; the log term only when b varies,
 // so x**2 at x<0 has no log of a negative number.
 BINARY_RULE(Pow, std::pow(a, b),
@@ -138,8 +141,14 @@ BINARY_RULE(Atan2, std::atan2(a, b),
             c.div(subD(c, mulD(c, b, da), mulD(c, a, db)), c.add(c.mul(a, a), c.mul(b, b))))
 UNARY_RULE(Sinh, std::sinh(a), c.mul(c.call(Op::Cosh, a), d))
 UNARY_RULE(Cosh, std::cosh(a), c.mul(c.call(Op::Sinh, a), d))
-// sech(a)**2 rather than 1 - tanh(a)**2, which cancels where tanh is near 1.
-UNARY_RULE(Tanh, std::tanh(a), c.div(d, c.mul(c.call(Op::Cosh, a), c.call(Op::Cosh, a))))
+// sech(a)**2 as 4e/(1 + e)**2 with e = exp(-2|a|): 1 - tanh(a)**2 cancels
+// where tanh is near 1, and 1/cosh(a)**2 overflowed to 0 past |a| = 45
+// (f32), where the true value is still a subnormal.
+Expr sech2(ExprContext &c, Expr a) {
+  Expr e = c.call(Op::Exp, c.mul(num(c, -2), c.call(Op::Abs, a))), den = c.add(num(c, 1), e);
+  return c.div(c.mul(num(c, 4), e), c.mul(den, den));
+}
+UNARY_RULE(Tanh, std::tanh(a), c.mul(sech2(c, a), d))
 UNARY_RULE(Asinh, std::asinh(a), c.div(d, c.call(Op::Sqrt, c.add(c.mul(a, a), num(c, 1)))))
 // sqrt(a-1)*sqrt(a+1) rather than sqrt(a*a-1): no overflow for large a.
 UNARY_RULE(Acosh, std::acosh(a),

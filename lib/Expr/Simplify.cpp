@@ -97,6 +97,13 @@ private:
     case Op::Sub:
       if (isOne(b) && expArg(a)) // exp(u) - 1 -> expm1(u)
         return ctx_.call(Op::Expm1, expArg(a));
+      // (p + q) - q -> p: the true value where IEEE rounds p away (1 + |x|
+      // - |x| is 0 past 2^24 in f32) or gives inf - inf = NaN; documented
+      // as one of the rules that trade IEEE's result for the real one.
+      if (a->op() == Op::Add && a->arg(1) == b)
+        return a->arg(0);
+      if (a->op() == Op::Add && a->arg(0) == b)
+        return a->arg(1);
       if (opt_.fast && a == b)
         return ctx_.number(0);
       if (opt_.fast && a->isNumber(0))
@@ -117,6 +124,9 @@ private:
         return ctx_.div(ctx_.number(1), a);
       break;
     case Op::Mul:
+      // x*sign(x) -> |x|: equal for every x, +-0, inf and NaN included.
+      if ((b->op() == Op::Sign && b->arg(0) == a) || (a->op() == Op::Sign && a->arg(0) == b))
+        return ctx_.call(Op::Abs, a->op() == Op::Sign ? b : a);
       if (opt_.fast && (a->isNumber(0) || b->isNumber(0)))
         return ctx_.number(0);
       break;

@@ -15,15 +15,78 @@ bool readsVariable(const Program &p, Variable v) {
   return std::any_of(p.code.begin(), p.code.end(), [v](const Instr &i) { return i.op == Op::Var && i.var == v; });
 }
 
+// Which variables' NaN surely reaches e's value, as a bit per Variable.
+// Arithmetic and math functions pass NaN on (Max/Min included: they
+// propagate it by definition); a Piecewise only when every branch does,
+// since a NaN makes its conditions false; pow(x, 0) is 1 even for NaN.
+unsigned nanReaching(Expr root) {
+  std::unordered_map<Expr, unsigned> mask;
+  std::vector<std::pair<Expr, bool>> stack = {{root, false}}; // iterative: derivative DAGs run deep
+  while (!stack.empty()) {
+    auto [e, expanded] = stack.back();
+    if (mask.count(e)) {
+      stack.pop_back();
+      continue;
+    }
+    if (!expanded && e->numArgs()) {
+      stack.back().second = true;
+      for (Expr a : e->args())
+        if (!mask.count(a))
+          stack.push_back({a, false});
+      continue;
+    }
+    stack.pop_back();
+    unsigned m = 0;
+    switch (e->op()) {
+    case Op::Var:
+      m = 1u << unsigned(e->variable());
+      break;
+    case Op::Number:
+    case Op::Param:
+      break;
+    case Op::Piecewise:
+      m = ~0u;
+      for (size_t i = 0; i < e->numArgs(); i += 2)
+        m &= mask[e->arg(i)];
+      break;
+    case Op::Pow:
+      m = e->arg(1)->isNumber() && e->arg(1)->number() != 0 ? mask[e->arg(0)] : 0;
+      break;
+    default:
+      if (!e->isBool())
+        for (Expr a : e->args())
+          m |= mask[a];
+    }
+    mask[e] = m;
+  }
+  return mask[root];
+}
+
+// NaN in, NaN out, derivatives included: relu'(NaN) is NaN, not the slope
+// of whichever branch a false comparison picks. Only derivatives that would
+// not pass a NaN of `vars` on get the select.
+Expr guardNaN(ExprContext &ctx, Expr d, std::initializer_list<Variable> vars) {
+  unsigned reaching = nanReaching(d);
+  for (Variable v : vars)
+    if (!(reaching & (1u << unsigned(v)))) {
+      Expr x = ctx.variable(v);
+      d = ctx.make(Op::Piecewise, {x, ctx.make(Op::Ne, {x, x}), d});
+    }
+  return d;
+}
+
 // Lowers the tapes of every kind of the group's mode: each kind evaluates
 // the roots its .def row names, value first.
-void lowerGroup(FormulaGroup &g, std::span<const KernelKind> kinds) {
+void lowerGroup(ExprContext &ctx, FormulaGroup &g, std::span<const KernelKind> kinds) {
+  bool loss = isLoss(kinds.front());
+  Expr derivative = loss ? guardNaN(ctx, g.derivative, {Variable::YPred, Variable::YTrue})
+                         : guardNaN(ctx, g.derivative, {Variable::Num});
   for (KernelKind k : kinds) {
     std::vector<Expr> roots;
     if (kindInfo(k).value)
       roots.push_back(g.formula.expr);
     if (kindInfo(k).derivative)
-      roots.push_back(g.derivative);
+      roots.push_back(derivative);
     g.programs[size_t(k)] = Program::lower(roots, g.formula.constants);
   }
 }
@@ -101,7 +164,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
   std::vector<bool> constantGroup;
   for (FormulaGroup &g : m->groups) {
     g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::Num);
-    lowerGroup(g, kActivationKinds);
+    lowerGroup(*m->ctx, g, kActivationKinds);
     constantGroup.push_back(!readsVariable(g.programs[size_t(KernelKind::Forward)], Variable::Num));
   }
   for (size_t n = 0; n < m->nodeGroup.size(); ++n)
@@ -141,7 +204,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
   auto t1 = Clock::now();
   FormulaGroup &g = m->groups.front();
   g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::YPred);
-  lowerGroup(g, kLossKinds);
+  lowerGroup(*m->ctx, g, kLossKinds);
   m->planUnits();
   m->diffMs = msSince(t1);
   return std::shared_ptr<const CompiledModel>(std::move(m));

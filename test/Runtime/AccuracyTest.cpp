@@ -1,0 +1,135 @@
+//===- test/Runtime/AccuracyTest.cpp - The audit's hard points, held -------===//
+//
+// Each row is a point where an earlier form of a built-in lost its digits
+// (cancellation, overflow, inf*0, a false comparison on NaN). The expected
+// values are the true ones, computed with mpmath at 50 digits and rounded
+// to the dtype; every engine on this machine must stay within a few ulp.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <limits>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Row {
+  const char *formula;
+  DType dtype;
+  double at;
+  bool derivative;
+  double want; ///< NaN: the result must be NaN.
+  uint64_t maxUlp = 2;
+  std::map<std::string, double> constants = {};
+  double yTrue = kNaN; ///< Set: a loss at (y_pred = at, y_true).
+};
+
+const Row kRows[] = {
+    // hardsigmoid/hardswish: (x + 3)/6 is exact where u/6 + 0.5 cancelled.
+    {"hardsigmoid", DType::F32, -2.99914288520813, false, 0.0001428524701623246},
+    {"hardswish", DType::F32, -2.999, false, -0.0004997971118427813},
+    {"hardswish", DType::F32, -1.5001, true, -3.333886343170889e-05},
+    {"hardswish", DType::F32, -1.4999, true, 3.333886343170889e-05},
+    {"hardswish", DType::F32, kInf, true, 1.0},
+    {"hardswish", DType::F32, -kInf, true, 0.0},
+    // softsign': 1/(1 + |x|)/(1 + |x|), no difference of two terms, no overflow.
+    {"softsign", DType::F32, 785.5, true, 1.61659988862084e-06},
+    {"softsign", DType::F32, 1e8, true, 9.999999506879345e-17},
+    {"softsign", DType::F64, 1e8, true, 9.999999800000003e-17},
+    {"softsign", DType::F32, -1.8e19, true, 3.0864201235093756e-39},
+    {"softsign", DType::F64, -1e200, true, 0.0},
+    // tanh' in the tail: a subnormal, not 0.
+    {"tanh", DType::F32, 46, true, 4.4357542368816354e-40},
+    {"tanh", DType::F32, -45, true, 3.2776048781910677e-39},
+    {"tanh", DType::F64, 356, true, 2.423197856799566e-309},
+    {"tanh", DType::F64, -355, true, 1.790514490270052e-308},
+    // Limits at +-inf where the true value is finite.
+    {"gelu", DType::F32, -kInf, false, 0.0},
+    {"gelu", DType::F64, kInf, true, 1.0},
+    {"silu", DType::F32, -kInf, false, 0.0},
+    {"silu", DType::F64, kInf, true, 1.0},
+    {"mish", DType::F32, -kInf, false, 0.0},
+    {"mish", DType::F64, kInf, true, 1.0},
+    {"gelu_tanh", DType::F32, -kInf, false, 0.0},
+    // NaN in, NaN out: derivatives too.
+    {"relu", DType::F32, kNaN, true, kNaN},
+    {"leaky_relu", DType::F32, kNaN, true, kNaN},
+    {"hardtanh", DType::F64, kNaN, true, kNaN},
+    {"hardsigmoid", DType::F64, kNaN, true, kNaN},
+    {"num", DType::F64, kNaN, true, kNaN},
+    // log_cosh near 0: d**2/2 and tanh(d), not 0.
+    {"log_cosh", DType::F32, 1e-3, false, 4.999999418942025e-07, 2, {}, 0},
+    {"log_cosh", DType::F32, 1e-3, true, 0.0009999996982514858, 2, {}, 0},
+    {"log_cosh", DType::F32, 1e-6, false, 4.999999980020986e-13, 2, {}, 0},
+    {"log_cosh", DType::F64, 1e-30, false, 5.0000000000000005e-61, 2, {}, 0},
+    {"log_cosh", DType::F64, 1e-30, true, 1e-30, 2, {}, 0},
+    // bce: 0*log 0 = 0; log1p for small y_pred; no cancellation near 1.
+    {"bce", DType::F64, 0, false, 0.0, 0, {{"eps", 0}}, 0},
+    {"bce", DType::F64, 0, true, 1.0, 0, {{"eps", 0}}, 0},
+    {"bce", DType::F64, 1, false, 0.0, 0, {{"eps", 0}}, 1},
+    {"bce", DType::F32, 5e-8, false, 5.000000058430487e-08, 2, {{"eps", 0}}, 0},
+    {"bce", DType::F32, 7e-8, false, -3.000000248221113e-08, 2, {}, 0},
+    {"bce", DType::F64, 3.3e-24, false, 3.3e-24, 2, {{"eps", 0}}, 0},
+    {"bce", DType::F32, 0.999999, true, 898247.4375, 2, {}, 0},
+    {"bce", DType::F32, 0.999999, false, 9.132793934440997e-07, 2, {}, 1},
+    // bce_with_logits: no cancellation between softplus(x) and t*x.
+    {"bce_with_logits", DType::F32, 20, false, 2.06115369216775e-09, 2, {}, 1},
+    {"bce_with_logits", DType::F32, -20, false, 2.06115369216775e-09, 2, {}, 0},
+    {"bce_with_logits", DType::F64, 81.8, false, 2.9833992781603548e-36, 2, {}, 1},
+};
+
+template <class T> double run(const Row &r, Method method) {
+  T x = T(r.at), out = 0;
+  bool loss = !std::isnan(r.yTrue);
+  if (loss) {
+    auto l = Loss::compile(r.formula, r.constants, {.method = method, .dtype = r.dtype, .reduction = Reduction::None});
+    REQUIRE_OK_EXPECTED(l);
+    T yt = T(r.yTrue);
+    if (r.derivative)
+      REQUIRE_OK(l->gradient({&x, 1}, {&yt, 1}, {&out, 1}));
+    else
+      REQUIRE_OK(l->forwardElements({&x, 1}, {&yt, 1}, {&out, 1}));
+  } else {
+    auto layer = ActivationLayer::compile({{r.formula, r.constants}}, {.method = method, .dtype = r.dtype});
+    REQUIRE_OK_EXPECTED(layer);
+    T one = 1;
+    if (r.derivative)
+      REQUIRE_OK(layer->backward({&x, 1}, {&one, 1}, {&out, 1}, 1));
+    else
+      REQUIRE_OK(layer->forward({&x, 1}, {&out, 1}, 1));
+  }
+  return double(out);
+}
+
+} // namespace
+
+TEST_CASE("built-ins hold their true values at the audit's hard points, on every engine") {
+  std::vector<Method> methods = {Method::CpuInterp};
+  if (runtimeInfo().cpuJitEnabled)
+    methods.push_back(Method::CpuJit);
+  for (Method m : methods)
+    for (const Row &r : kRows) {
+      CAPTURE(to_string(m));
+      CAPTURE(std::string(r.formula));
+      CAPTURE(to_string(r.dtype));
+      CAPTURE(r.at);
+      CAPTURE(r.derivative);
+      CAPTURE(r.want);
+      double got = r.dtype == DType::F32 ? run<float>(r, m) : run<double>(r, m);
+      CAPTURE(got);
+      if (std::isnan(r.want)) {
+        CHECK(std::isnan(got));
+        continue;
+      }
+      uint64_t ulps = r.dtype == DType::F32 ? ulpDistance(float(got), float(r.want)) : ulpDistance(got, r.want);
+      CAPTURE(ulps);
+      CHECK(ulps <= r.maxUlp);
+    }
+}
