@@ -97,6 +97,9 @@ Expr simplify(ExprContext &ctx, Expr e, const SimplifyOptions &options = {});
 /// Max(a,b)' = a' where a >= b else b' (Min: a <= b), with the operands in
 /// canonical order (numbers first), Piecewise branch by branch.
 Expr differentiate(ExprContext &ctx, Expr e, Variable v, const SimplifyOptions &options = {});
+/// d e / d wrt for a leaf `wrt` of the same context: a variable, or a user
+/// constant (ctx.param(name)), as trainable constants need.
+Expr differentiate(ExprContext &ctx, Expr e, Expr wrt, const SimplifyOptions &options = {});
 
 /// SymPy-syntax text that parses back to the same node.
 std::string print(Expr e);

@@ -146,6 +146,18 @@ public:
   [[nodiscard]] Error fused(std::span<const double> z, std::span<double> a, std::span<double> dfdz,
                             size_t batch) const;
 
+  /// Trainable constants: for each entry of params(), the sum over its
+  /// node's batch of err * df/dc (so with err = dL/da, dL/dc), in double and
+  /// in a fixed order (the same bits on every run and thread count).
+  /// `grads` has params().size() entries, node n's at offsets()[n]. Host
+  /// arrays (a GPU layer reads them on the host too); z and err as backward().
+  [[nodiscard]] Error constantGradients(std::span<const float> z, std::span<const float> err,
+                                        std::span<double> grads, size_t batch) const;
+  [[nodiscard]] Error constantGradients(std::span<const double> z, std::span<const double> err,
+                                        std::span<double> grads, size_t batch) const;
+  /// Sets every constant at once (params() order), for an optimiser's step.
+  [[nodiscard]] Error setParams(std::span<const double> values);
+
   /// The same on buffers from getBackend(): "cpu" buffers with any CPU
   /// method, "cuda:N" buffers (device memory, no copies) with Method::Cuda
   /// on device N. Each holds exactly numNodes() * batch elements of the
@@ -221,6 +233,12 @@ public:
   /// Loss and gradient in one pass; returns the reduced loss (0 for None).
   Expected<double> fused(std::span<const float> yPred, std::span<const float> yTrue, std::span<float> grad) const;
   Expected<double> fused(std::span<const double> yPred, std::span<const double> yTrue, std::span<double> grad) const;
+  /// Trainable constants: d(loss)/dc for each constant (constantNames()
+  /// order), reduced as the loss is (mean: divided by n; none: summed).
+  [[nodiscard]] Error constantGradients(std::span<const float> yPred, std::span<const float> yTrue,
+                                        std::span<double> grads) const;
+  [[nodiscard]] Error constantGradients(std::span<const double> yPred, std::span<const double> yTrue,
+                                        std::span<double> grads) const;
 
   /// The same on buffers from getBackend() ("cpu" buffers with CPU methods,
   /// "cuda:N" device memory with Method::Cuda), each of the loss's dtype and

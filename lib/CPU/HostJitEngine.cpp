@@ -144,6 +144,8 @@ public:
   }
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
+    if (kindInfo(kind).constants) // no compiled tier yet: the interpreter's tapes
+      return interpreter_->runActivation(kind, a, params);
     if (kind == KernelKind::Fused) {
       if (Error e = ensureFused())
         return e;
@@ -158,6 +160,8 @@ public:
   }
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
+    if (kindInfo(kind).constants) // no compiled tier yet: the interpreter's tapes
+      return interpreter_->runLoss(kind, a, params);
     if (model().options.dtype == DType::F32)
       return runLoss<float>(kind, a, params);
     return runLoss<double>(kind, a, params);

@@ -108,6 +108,11 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind
   case KernelKind::LossFused:
     store(b.CreateFMul(out(1), scale()), 2);
     return sum(out(0));
+  case KernelKind::ConstantGradient:
+  case KernelKind::LossConstantGradient:
+    // The interpreter's tapes run these: there is no compiled tier yet.
+    return make_error<StringError>(fmt::format("no compiled kernel for kind {}", kindName(kind)),
+                                   inconvertibleErrorCode());
   }
   return nullptr;
 }

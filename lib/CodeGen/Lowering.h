@@ -32,10 +32,10 @@ struct ElementIO {
   /// for kernels that load ahead; null: load at `at`.
   llvm::Value *preloaded[2] = {nullptr, nullptr};
   /// Where output array `arg` receives `v`; null: a store at `at`.
-  std::function<void(llvm::Value *v, unsigned arg)> store;
+  std::function<void(llvm::Value *v, unsigned arg)> store = nullptr;
   /// Summing kinds: adds one element's loss to the running sum and returns
   /// the new sum; null: acc + loss through addToSum.
-  std::function<llvm::Value *(llvm::Value *loss)> accumulate;
+  std::function<llvm::Value *(llvm::Value *loss)> accumulate = nullptr;
 };
 
 /// noalias + nocapture on every pointer argument: arrays may be the same

@@ -16,14 +16,14 @@ namespace {
 
 class Differentiator {
 public:
-  Differentiator(ExprContext &ctx, Variable v) : ctx_(ctx), var_(v) {}
+  Differentiator(ExprContext &ctx, Expr wrt) : ctx_(ctx), wrt_(wrt) {}
 
   Expr run(Expr e) {
     if (auto it = memo_.find(e); it != memo_.end())
       return it->second;
     Expr d = nullptr;
-    if (e->op() == Op::Var) {
-      d = e->variable() == var_ ? ctx_.number(1) : nullptr;
+    if (e == wrt_) {
+      d = ctx_.number(1);
     } else if (e->numArgs() && !e->isBool()) {
       std::vector<Expr> dargs;
       bool any = false;
@@ -40,14 +40,18 @@ public:
 
 private:
   ExprContext &ctx_;
-  Variable var_;
+  Expr wrt_; // a variable or a constant (Param): leaves compare by pointer
   std::unordered_map<Expr, Expr> memo_;
 };
 
 } // namespace
 
 Expr differentiate(ExprContext &ctx, Expr e, Variable v, const SimplifyOptions &options) {
-  Expr d = Differentiator(ctx, v).run(e);
+  return differentiate(ctx, e, ctx.variable(v), options);
+}
+
+Expr differentiate(ExprContext &ctx, Expr e, Expr wrt, const SimplifyOptions &options) {
+  Expr d = Differentiator(ctx, wrt).run(e);
   return simplify(ctx, d ? d : ctx.number(0), options);
 }
 

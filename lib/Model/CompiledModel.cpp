@@ -89,6 +89,14 @@ void lowerGroup(ExprContext &ctx, FormulaGroup &g, std::span<const KernelKind> k
       roots.push_back(derivative);
     g.programs[size_t(k)] = Program::lower(roots, g.formula.constants);
   }
+  // d/dc for each constant, in the formula's (sorted) order: trainable constants.
+  std::vector<Expr> byConstant;
+  for (const std::string &name : g.formula.constants) {
+    Expr d = differentiate(ctx, g.formula.expr, ctx.param(name));
+    byConstant.push_back(loss ? guardNaN(ctx, d, {Variable::YPred, Variable::YTrue}) : guardNaN(ctx, d, {Variable::Num}));
+  }
+  g.constantDerivatives = byConstant;
+  g.programs[size_t(constantGradientKind(loss))] = Program::lower(byConstant, g.formula.constants);
 }
 
 void addWarnings(std::vector<Diagnostic> &unused, std::vector<std::string> &warnings) {
@@ -114,7 +122,7 @@ void CompiledModel::planUnits() {
     auto [it, fresh] = index.try_emplace({g, values}, uint32_t(units.size()));
     if (fresh) {
       CodeUnit u;
-      for (KernelKind k : kinds()) {
+      for (KernelKind k : tapeKinds()) {
         const Program &p = groups[g].programs[size_t(k)];
         u.programs[size_t(k)] = options.bakeConstants ? &baked_.emplace_back(p.withConstants(values.data())) : &p;
       }
@@ -150,7 +158,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
     addWarnings(unused, warnings);
     auto [it, fresh] = groupOf.try_emplace(f.expr, uint32_t(m->groups.size()));
     if (fresh)
-      m->groups.push_back({std::move(f), nullptr, {}});
+      m->groups.push_back({std::move(f), nullptr, {}, {}});
     m->nodeGroup.push_back(it->second);
     m->offsets.push_back(m->defaultParams.size());
     auto &values = std::get<std::vector<double>>(bound);
@@ -196,7 +204,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
     return toError({*d});
   addWarnings(unused, warnings);
   m->defaultParams = std::get<std::vector<double>>(std::move(bound));
-  m->groups.push_back({std::move(f), nullptr, {}});
+  m->groups.push_back({std::move(f), nullptr, {}, {}});
   m->nodeGroup = {0};
   m->offsets = {0};
   m->parseMs = msSince(t0);

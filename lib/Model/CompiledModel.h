@@ -37,6 +37,7 @@ struct ModelOptions {
 struct FormulaGroup {
   Formula formula;
   Expr derivative = nullptr;
+  std::vector<Expr> constantDerivatives; ///< d/dc per constant, in formula.constants order.
   std::array<Program, kNumKernelKinds> programs;
 };
 
@@ -78,6 +79,12 @@ struct CompiledModel {
   /// The kinds of this model's mode, in .def order.
   std::span<const KernelKind> kinds() const {
     return isLoss ? std::span<const KernelKind>(kLossKinds) : std::span<const KernelKind>(kActivationKinds);
+  }
+  /// Every kind with a tape: the elementwise kinds and the constant gradient.
+  std::vector<KernelKind> tapeKinds() const {
+    std::vector<KernelKind> out(kinds().begin(), kinds().end());
+    out.push_back(constantGradientKind(isLoss));
+    return out;
   }
 
 private:

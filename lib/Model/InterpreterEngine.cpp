@@ -22,7 +22,7 @@ namespace {
 class InterpreterEngine final : public Engine {
 public:
   explicit InterpreterEngine(std::shared_ptr<const CompiledModel> m) : Engine(std::move(m)) {
-    for (KernelKind k : model().kinds())
+    for (KernelKind k : model().tapeKinds())
       for (size_t n = 0; n < model().numNodes(); ++n)
         nodeProgram_[size_t(k)].push_back(&model().group(n).programs[size_t(k)]);
   }
@@ -31,6 +31,15 @@ public:
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
     ActivationPlan plan{nodeProgram_[size_t(kind)], params.values.data(), model().offsets.data(), model().options.layout};
+    if (kind == KernelKind::ConstantGradient) {
+      if (model().options.dtype == DType::F32)
+        interpretConstantGradient<float>(plan, static_cast<const float *>(a.z), static_cast<const float *>(a.err),
+                                         static_cast<double *>(a.out0), a.batch);
+      else
+        interpretConstantGradient<double>(plan, static_cast<const double *>(a.z), static_cast<const double *>(a.err),
+                                          static_cast<double *>(a.out0), a.batch);
+      return Error::success();
+    }
     if (model().options.dtype == DType::F32)
       interpretActivation<float>(plan, kind, static_cast<const float *>(a.z), static_cast<const float *>(a.err),
                                  static_cast<float *>(a.out0), static_cast<float *>(a.out1), a.batch);
@@ -42,6 +51,16 @@ public:
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
     const Program &p = *nodeProgram_[size_t(kind)][0];
+    if (kind == KernelKind::LossConstantGradient) {
+      auto *grads = static_cast<double *>(a.out);
+      if (model().options.dtype == DType::F32)
+        interpretLossConstantGradient<float>(p, params.values.data(), static_cast<const float *>(a.yPred),
+                                             static_cast<const float *>(a.yTrue), a.scale, a.n, grads);
+      else
+        interpretLossConstantGradient<double>(p, params.values.data(), static_cast<const double *>(a.yPred),
+                                              static_cast<const double *>(a.yTrue), a.scale, a.n, grads);
+      return 0.0;
+    }
     if (model().options.dtype == DType::F32)
       return interpretLoss<float>(p, kind, params.values.data(), static_cast<const float *>(a.yPred),
                                   static_cast<const float *>(a.yTrue), static_cast<float *>(a.out), float(a.scale), a.n);

@@ -118,10 +118,81 @@ double interpretLoss(const Program &p, KernelKind kind, const double *params, co
   });
 }
 
+namespace {
+// A running sum in double with Neumaier's compensation: for a given sequence
+// of terms, the same bits every time.
+struct CompensatedSum {
+  double sum = 0, comp = 0;
+  void add(double x) {
+    double t = sum + x;
+    comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  }
+  double value() const { return std::isfinite(sum) ? sum + comp : sum; }
+};
+} // namespace
+
+template <class T>
+void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *err, double *grads, size_t batch) {
+  size_t nodes = plan.nodeProgram.size();
+  // One task per node: each sum runs over its elements in order, so the
+  // result does not depend on the thread count.
+  forBlocks(nodes, batch, [&](size_t n) {
+    const Program &p = *plan.nodeProgram[n];
+    size_t k = p.outputs.size();
+    if (k == 0)
+      return;
+    std::vector<CompensatedSum> sums(k);
+    std::vector<T> zb(kBlock), eb(kBlock), out(k * kBlock);
+    std::vector<T *> outs(k);
+    for (size_t j = 0; j < k; ++j)
+      outs[j] = out.data() + j * kBlock;
+    for (size_t b0 = 0; b0 < batch; b0 += kBlock) {
+      size_t len = std::min(kBlock, batch - b0);
+      for (size_t i = 0; i < len; ++i) {
+        size_t at = plan.layout == Layout::NodesMajor ? n * batch + b0 + i : (b0 + i) * nodes + n;
+        zb[i] = z[at];
+        eb[i] = err[at];
+      }
+      const T *vars[3] = {zb.data(), nullptr, nullptr};
+      runBlock<T>(p, vars, plan.params + plan.offsets[n], outs.data(), len);
+      for (size_t j = 0; j < k; ++j)
+        for (size_t i = 0; i < len; ++i)
+          sums[j].add(double(eb[i]) * double(outs[j][i]));
+    }
+    for (size_t j = 0; j < k; ++j)
+      grads[plan.offsets[n] + j] = sums[j].value();
+  });
+}
+
+template <class T>
+void interpretLossConstantGradient(const Program &p, const double *params, const T *yPred, const T *yTrue,
+                                   double scale, size_t n, double *grads) {
+  size_t k = p.outputs.size();
+  std::vector<CompensatedSum> sums(k);
+  std::vector<T> out(k * kBlock);
+  std::vector<T *> outs(k);
+  for (size_t j = 0; j < k; ++j)
+    outs[j] = out.data() + j * kBlock;
+  for (size_t i0 = 0; i0 < n; i0 += kBlock) {
+    size_t len = std::min(kBlock, n - i0);
+    const T *vars[3] = {nullptr, yPred + i0, yTrue + i0};
+    runBlock<T>(p, vars, params, outs.data(), len);
+    for (size_t j = 0; j < k; ++j)
+      for (size_t i = 0; i < len; ++i)
+        sums[j].add(double(outs[j][i]));
+  }
+  for (size_t j = 0; j < k; ++j)
+    grads[j] = scale * sums[j].value();
+}
+
 #define INSTANTIATE(T)                                                                                       \
   template void runBlock<T>(const Program &, const T *const[3], const double *, T *const *, size_t);          \
   template void interpretActivation<T>(const ActivationPlan &, KernelKind, const T *, const T *, T *, T *, size_t); \
-  template double interpretLoss<T>(const Program &, KernelKind, const double *, const T *, const T *, T *, T, size_t);
+  template double interpretLoss<T>(const Program &, KernelKind, const double *, const T *, const T *, T *, T, size_t); \
+  template void interpretConstantGradient<T>(const ActivationPlan &, const T *, const T *, double *, size_t);        \
+  template void interpretLossConstantGradient<T>(const Program &, const double *, const T *, const T *, double,       \
+                                                 size_t, double *);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -44,4 +44,15 @@ template <class T>
 double interpretLoss(const Program &p, KernelKind kind, const double *params, const T *yPred, const T *yTrue, T *out,
                      T scale, size_t n);
 
+/// Trainable constants: grads[offsets[node] + j] = sum over the node's
+/// elements of err * df/dc_j, in double, in element order (Neumaier), with
+/// plan.nodeProgram the ConstantGradient tapes.
+template <class T>
+void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *err, double *grads, size_t batch);
+
+/// grads[j] = scale * sum over the elements of dl/dc_j (`p`: the LossConstantGradient tape).
+template <class T>
+void interpretLossConstantGradient(const Program &p, const double *params, const T *yPred, const T *yTrue,
+                                   double scale, size_t n, double *grads);
+
 } // namespace hsnn::detail

@@ -24,12 +24,13 @@ struct KernelKindInfo {
   bool loss;
   uint8_t inputs, outputs;
   bool value, derivative; ///< The roots the tape evaluates, in this order.
+  bool constants;         ///< Instead: d/dc for each constant, reduced over the elements.
   bool scaled, summing;
 };
 
 inline constexpr KernelKindInfo kKernelKinds[] = {
 #define HSNN_KERNEL_KIND(E, name, cName, loss, in, out, roots, scaled, summing)                                      \
-  {name, cName, loss != 0, in, out, (roots & 1) != 0, (roots & 2) != 0, scaled != 0, summing != 0},
+  {name, cName, loss != 0, in, out, (roots & 1) != 0, (roots & 2) != 0, (roots & 4) != 0, scaled != 0, summing != 0},
 #include "KernelKinds.def"
 };
 inline constexpr size_t kNumKernelKinds = std::size(kKernelKinds);
@@ -43,13 +44,13 @@ template <bool Loss> constexpr auto select() {
   constexpr size_t n = [] {
     size_t c = 0;
     for (const auto &k : kKernelKinds)
-      c += k.loss == Loss;
+      c += k.loss == Loss && !k.constants;
     return c;
   }();
   std::array<KernelKind, n> out{};
   size_t i = 0;
   for (size_t k = 0; k < kNumKernelKinds; ++k)
-    if (kKernelKinds[k].loss == Loss)
+    if (kKernelKinds[k].loss == Loss && !kKernelKinds[k].constants)
       out[i++] = KernelKind(k);
   return out;
 }
@@ -64,7 +65,12 @@ constexpr size_t groupIndex(KernelKind k) {
   return isLoss(k) ? size_t(k) - kActivationKinds.size() : size_t(k);
 }
 
-static_assert(kActivationKinds.size() + kLossKinds.size() == kNumKernelKinds);
+/// The reducing kind of a mode: sums of d/dc per constant (trainable constants).
+constexpr KernelKind constantGradientKind(bool loss) {
+  return loss ? KernelKind::LossConstantGradient : KernelKind::ConstantGradient;
+}
+
+static_assert(kActivationKinds.size() + kLossKinds.size() + 2 == kNumKernelKinds);
 static_assert(!isLoss(KernelKind(kActivationKinds.size() - 1)) && isLoss(KernelKind(kActivationKinds.size())),
               "KernelKinds.def lists activation kinds before loss kinds");
 

@@ -138,6 +138,21 @@ Error ActivationLayer::fused(const DeviceBuffer &z, const DeviceBuffer &a, const
   return state_->runActivation(KernelKind::Fused, z, nullptr, a, &dfdz, batch);
 }
 
+Error ActivationLayer::constantGradients(std::span<const float> z, std::span<const float> err, std::span<double> grads,
+                                         size_t batch) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->constantGradients<float>(z, err, grads, batch);
+}
+Error ActivationLayer::constantGradients(std::span<const double> z, std::span<const double> err,
+                                         std::span<double> grads, size_t batch) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->constantGradients<double>(z, err, grads, batch);
+}
+Error ActivationLayer::setParams(std::span<const double> values) {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->setParams(values);
+}
+
 Error ActivationLayer::setGpuId(int id) {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
   return state_->moveTo(id);

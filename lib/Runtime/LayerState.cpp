@@ -50,6 +50,8 @@ Error wrongSize(const char *name, size_t got, size_t want, const std::string &wh
   return Error(ErrorCode::InvalidArgument, fmt::format("'{}' holds {} elements; {} needs exactly {}", name, got, why, want));
 }
 
+std::string constantsWhy(size_t n) { return n == 1 ? "1 constant" : fmt::format("{} constants", n); }
+
 // Typed buffers: each on the backend the code runs on, of its dtype, of
 // exactly n elements; then the overlap rules.
 struct BufferArg {
@@ -141,6 +143,26 @@ LayerState::LayerState(const LayerState &o)
 Error LayerState::setParam(size_t index, double value, std::string_view name) {
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("{} must be finite, got {}", name, value));
+  return replaceParams([&](std::vector<double> &values) { values[index] = value; });
+}
+
+Error LayerState::setParams(std::span<const double> values) {
+  const CompiledModel &m = model();
+  if (values.size() != m.defaultParams.size())
+    return wrongSize("params", values.size(), m.defaultParams.size(), constantsWhy(m.defaultParams.size()));
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i])) {
+      // Name the constant: node n owns [offsets[n], offsets[n + 1]).
+      size_t node = size_t(std::upper_bound(m.offsets.begin(), m.offsets.end(), uint64_t(i)) - m.offsets.begin()) - 1;
+      const Formula &f = m.group(node).formula;
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("params[{}] (constant '{}'{}) must be finite, got {}", i, f.constants[i - m.offsets[node]],
+                               m.isLoss ? "" : fmt::format(" of node {}", node), values[i]));
+    }
+  return replaceParams([&](std::vector<double> &v) { v.assign(values.begin(), values.end()); });
+}
+
+Error LayerState::replaceParams(const std::function<void(std::vector<double> &)> &change) {
   std::lock_guard write(writeMutex_);
   Current c = current();
   if (request.bakeConstants && c.engine->method() != Method::CpuInterp)
@@ -148,7 +170,7 @@ Error LayerState::setParam(size_t index, double value, std::string_view name) {
                  fmt::format("constants are baked into this {0}'s code (bakeConstants); compile a new {0} to change them",
                              what));
   std::vector<double> values = c.params->values;
-  values[index] = value;
+  change(values);
   auto params = c.engine->makeParams(std::move(values));
   if (!params)
     return params.takeError();
@@ -291,7 +313,42 @@ Expected<double> LayerState::runLoss(KernelKind kind, const DeviceBuffer &yPred,
   return checkedRunLoss(kind, {yPred.data(), yTrue.data(), out ? out->data() : nullptr, n, 1, where != "cpu"});
 }
 
+template <class T>
+Error LayerState::constantGradients(std::span<const T> a, std::span<const T> b, std::span<double> grads,
+                                    size_t batch) const {
+  const CompiledModel &m = model();
+  if (m.options.dtype != dtypeOf<T>())
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} was compiled for {}, called with {} arrays", what,
+                                                         to_string(m.options.dtype), to_string(dtypeOf<T>())));
+  size_t n = m.isLoss ? a.size() : m.numNodes() * batch;
+  if (!m.isLoss && batch && m.numNodes() > std::numeric_limits<size_t>::max() / sizeof(T) / batch)
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} nodes x batch {} overflows the address space", m.numNodes(), batch));
+  std::string why = m.isLoss ? fmt::format("y_pred of {} elements", n) : fmt::format("{} nodes x batch {}", m.numNodes(), batch);
+  const char *names[2] = {m.isLoss ? "y_pred" : "z", m.isLoss ? "y_true" : "err"};
+  if (a.size() != n)
+    return wrongSize(names[0], a.size(), n, why);
+  if (b.size() != n)
+    return wrongSize(names[1], b.size(), n, why);
+  if (grads.size() != m.defaultParams.size())
+    return wrongSize("grads", grads.size(), m.defaultParams.size(), constantsWhy(m.defaultParams.size()));
+  std::fill(grads.begin(), grads.end(), 0.0);
+  if (n == 0)
+    return Error::success();
+  Current c = current();
+  // The CPU engines run the reducing tapes; a GPU object reads host arrays here too.
+  std::shared_ptr<const Engine> engine = c.engine->method() == Method::Cuda ? makeInterpreterEngine(model_) : c.engine;
+  KernelKind kind = constantGradientKind(m.isLoss);
+  if (m.isLoss) {
+    double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;
+    Expected<double> r = guard.run([&] { return engine->runLoss(kind, {a.data(), b.data(), grads.data(), n, scale, false}, *c.params); });
+    return r ? Error::success() : r.takeError();
+  }
+  return guard.run([&] { return engine->runActivation(kind, {a.data(), b.data(), grads.data(), nullptr, batch, false}, *c.params); });
+}
+
 #define INSTANTIATE(T)                                                                                               \
+  template Error LayerState::constantGradients<T>(std::span<const T>, std::span<const T>, std::span<double>, size_t) \
+      const;                                                                                                         \
   template Error LayerState::runActivation<T>(KernelKind, std::span<const T>, std::span<const T>, std::span<T>,     \
                                               std::span<T>, size_t) const;                                          \
   template Expected<double> LayerState::runLoss<T>(KernelKind, std::span<const T>, std::span<const T>, std::span<T>) \

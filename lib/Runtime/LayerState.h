@@ -14,6 +14,7 @@
 #include "hsnn/Backend.h"
 #include "hsnn/Layer.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -59,6 +60,8 @@ struct LayerState {
   /// Sets the constant at params index `index` (`name` says which, for
   /// errors); the next call sees it.
   Error setParam(size_t index, double value, std::string_view name);
+  /// Replaces every constant at once (params order), each checked finite.
+  Error setParams(std::span<const double> values);
   /// Moves this object's code to GPU `id`.
   Error moveTo(int id);
 
@@ -74,6 +77,11 @@ struct LayerState {
                            std::span<T> out) const;
   Expected<double> runLoss(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
                            const DeviceBuffer *out) const;
+  /// Trainable constants: grads (one per params entry) = the sum over the
+  /// elements of err * df/dc (a layer: a = z, b = err) or of scale * dl/dc
+  /// (a loss: a = y_pred, b = y_true; scale 1/n for a mean). Host arrays.
+  template <class T>
+  Error constantGradients(std::span<const T> a, std::span<const T> b, std::span<double> grads, size_t batch) const;
 
   std::shared_ptr<const CompiledModel> model_;
   const char *what = "layer"; ///< "layer" or "loss", for messages
@@ -83,6 +91,7 @@ struct LayerState {
   RunGuard guard;
 
 private:
+  Error replaceParams(const std::function<void(std::vector<double> &)> &change);
   Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
   Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
 

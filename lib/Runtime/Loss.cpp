@@ -123,6 +123,15 @@ Expected<double> Loss::fused(const DeviceBuffer &yp, const DeviceBuffer &yt, con
   return state_->runLoss(KernelKind::LossFused, yp, yt, &grad);
 }
 
+Error Loss::constantGradients(std::span<const float> yp, std::span<const float> yt, std::span<double> grads) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->constantGradients<float>(yp, yt, grads, 0);
+}
+Error Loss::constantGradients(std::span<const double> yp, std::span<const double> yt, std::span<double> grads) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->constantGradients<double>(yp, yt, grads, 0);
+}
+
 Error Loss::setGpuId(int id) {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
   return state_->moveTo(id);
