@@ -223,6 +223,22 @@ struct PyLayer {
     check(run(2, z, nullptr, a, &d, batchOf(shape)));
     return py::make_tuple(a, d);
   }
+  py::array_t<double> constantGradients(const py::array &z, const py::array &err) const {
+    auto shape = shapeFor(z);
+    checkArray(z, "z", layer.dtype(), shape);
+    checkArray(err, "err", layer.dtype(), shape);
+    py::array_t<double> g(py::ssize_t(layer.params().size()));
+    std::span<double> out(g.mutable_data(), size_t(g.size()));
+    size_t batch = batchOf(shape);
+    Error e;
+    {
+      py::gil_scoped_release unlocked;
+      e = layer.dtype() == DType::F32 ? layer.constantGradients(cspan<float>(z), cspan<float>(err), out, batch)
+                                      : layer.constantGradients(cspan<double>(z), cspan<double>(err), out, batch);
+    }
+    check(std::move(e));
+    return g;
+  }
 };
 
 // A loss over arrays of any shape (y_pred and y_true of the same shape).
@@ -299,6 +315,11 @@ PYBIND11_MODULE(_core, m) {
            }, py::arg("z"), py::arg("out"), py::arg("reps") = 9)
       .def("set_constant", [](PyLayer &l, size_t node, const std::string &name, double v) { check(l.layer.setConstant(node, name, v)); },
            py::arg("node"), py::arg("name"), py::arg("value"))
+      .def("set_params", [](PyLayer &l, py::array_t<double, py::array::c_style | py::array::forcecast> v) {
+             check(l.layer.setParams({v.data(), size_t(v.size())}));
+           }, py::arg("values"), "every constant at once, in params order")
+      .def("constant_gradients", &PyLayer::constantGradients, py::arg("z"), py::arg("err"),
+           "per params entry: the sum over its node's batch of err * df/dc (float64)")
       .def("constant", [](const PyLayer &l, size_t node, const std::string &name) { return take(l.layer.constant(node, name)); },
            py::arg("node"), py::arg("name"))
       .def("constant_names", [](const PyLayer &l, size_t node) { return l.layer.constantNames(node); })
@@ -350,6 +371,19 @@ PYBIND11_MODULE(_core, m) {
       .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.loss.setConstant(name, v)); })
       .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.loss.constant(name)); })
       .def("constant_names", [](const PyLoss &l) { return l.loss.constantNames(); })
+      .def("constant_gradients", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
+             l.checkPair(yp, yt);
+             py::array_t<double> g(py::ssize_t(l.loss.constantNames().size()));
+             std::span<double> out(g.mutable_data(), size_t(g.size()));
+             Error e;
+             {
+               py::gil_scoped_release unlocked;
+               e = l.loss.dtype() == DType::F32 ? l.loss.constantGradients(cspan<float>(yp), cspan<float>(yt), out)
+                                                : l.loss.constantGradients(cspan<double>(yp), cspan<double>(yt), out);
+             }
+             check(std::move(e));
+             return g;
+           }, py::arg("y_pred"), py::arg("y_true"), "d(loss)/dc per constant (constant_names order), reduced as the loss")
       .def("formula", [](const PyLoss &l) { return l.loss.formula(); })
       .def("derivative", [](const PyLoss &l) { return l.loss.derivative(); })
       .def("compile_info", [](const PyLoss &l) { return compileInfoDict(l.loss.compileInfo()); })

@@ -79,3 +79,44 @@ def test_dlpack_tensors_in_and_the_same_kind_out():
     assert isinstance(loss.gradient(yp, torch.zeros(2, dtype=torch.float64)), torch.Tensor)
     with pytest.raises(ValueError, match="has dtype float64; expected float32"):
         layer.forward(torch.zeros(2, 4, dtype=torch.float64))
+
+
+def test_trainable_constants_pass_gradcheck_and_train_a_prelu_slope():
+    formulas = [("Piecewise((num, num > 0), (a*num, True))", {"a": 0.25}), ("sin(num*w)*alpha", {"w": 1.2, "alpha": 0.8}),
+                "tanh", ("elu", {"alpha": 0.9})]
+    act = ht.HeteroActivation(formulas, trainable=True)
+    assert act.params_layout == [(0, "a"), (1, "alpha"), (1, "w"), (3, "alpha")]
+    assert [p for p in act.parameters()] == [act.constants]
+    x = torch.randn(6, len(formulas), dtype=torch.float64, requires_grad=True)
+    c = act.constants
+
+    def f(xx, cc):
+        return ht._TrainableHeteroFunction.apply(xx, cc, act._layer("float64"))
+
+    assert torch.autograd.gradcheck(f, (x, c.detach().clone().requires_grad_()))
+
+    # A PReLU-style slope learns the data's: y = z for z > 0, 0.6*z below.
+    torch.manual_seed(1)
+    prelu = ht.HeteroActivation([("Piecewise((num, num > 0), (a*num, True))", {"a": 0.1})], trainable=True)
+    opt = torch.optim.SGD(prelu.parameters(), lr=0.5)
+    z = torch.randn(512, 1)
+    target = torch.where(z > 0, z, 0.6 * z)
+    for _ in range(100):
+        opt.zero_grad()
+        loss = ((prelu(z) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    assert abs(prelu.constants.item() - 0.6) < 1e-3
+
+
+def test_trainable_loss_constants_pass_gradcheck():
+    for reduction in ["mean", "sum"]:
+        loss = ht.FormulaLoss("huber", {"delta": 0.7}, reduction=reduction, trainable=True)
+        assert loss.constant_names == ["delta"]
+        yp = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+        yt = torch.randn(5, 3, dtype=torch.float64)
+        c = loss.constants.detach().clone().requires_grad_()
+        f = lambda p, cc: ht._TrainableLossFunction.apply(p, yt, cc, loss._loss("float64"), loss.constant_names)
+        assert torch.autograd.gradcheck(f, (yp, c)), reduction
+    with pytest.raises(ValueError, match="reduction 'none'"):
+        ht.FormulaLoss("huber", reduction="none", trainable=True)
