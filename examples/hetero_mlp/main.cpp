@@ -2,6 +2,8 @@
 // Two hidden layers of 64 nodes whose activations cycle through several
 // formulas (some with constants); hsnn computes the activations, their
 // derivatives and the loss gradient; the dense layers are plain loops.
+// The formulas' constants are trained too (sin's amplitude, elu's alpha, a
+// PReLU-style slope per node) from hsnn's d/dc kernels.
 // Exits with status 1 unless the loss falls at least 10x.
 #include <hsnn/Layer.h>
 
@@ -52,17 +54,28 @@ void denseBackward(const Matrix &in, const Matrix &w, const Matrix &dOut, Matrix
 }
 
 struct Adam {
-  std::vector<float> m, v;
-  void step(Matrix &param, const Matrix &grad, int t, float lr = 3e-3f) {
+  std::vector<double> m, v;
+  template <class T> void step(std::vector<T> &param, const std::vector<T> &grad, int t, double lr = 3e-3) {
     m.resize(param.size()), v.resize(param.size());
     for (size_t i = 0; i < param.size(); ++i) {
-      m[i] = 0.9f * m[i] + 0.1f * grad[i];
-      v[i] = 0.999f * v[i] + 0.001f * grad[i] * grad[i];
-      float mh = m[i] / (1 - std::pow(0.9f, float(t))), vh = v[i] / (1 - std::pow(0.999f, float(t)));
-      param[i] -= lr * mh / (std::sqrt(vh) + 1e-8f);
+      m[i] = 0.9 * m[i] + 0.1 * double(grad[i]);
+      v[i] = 0.999 * v[i] + 0.001 * double(grad[i]) * double(grad[i]);
+      double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+      param[i] -= T(lr * mh / (std::sqrt(vh) + 1e-8));
     }
   }
 };
+
+// One optimiser step on a layer's constants: dL/dc from hsnn, then setParams.
+bool stepConstants(hsnn::ActivationLayer &layer, const Matrix &z, const Matrix &err, Adam &adam, int t) {
+  std::vector<double> params = layer.params(), grads(params.size());
+  if (auto e = layer.constantGradients(z, err, grads, kSamples); e)
+    return std::fprintf(stderr, "%s\n", e.message().c_str()), false;
+  adam.step(params, grads, t);
+  if (auto e = layer.setParams(params); e)
+    return std::fprintf(stderr, "%s\n", e.message().c_str()), false;
+  return true;
+}
 
 std::vector<hsnn::NodeSpec> hiddenLayer(float scale) {
   const std::vector<hsnn::NodeSpec> cycle = {
@@ -109,7 +122,7 @@ int main() {
   std::printf("layers: %zu + %zu nodes, %zu distinct formulas each, method %s\n", layer1->numNodes(),
               layer2->numNodes(), layer1->numDistinctFormulas(), std::string(hsnn::to_string(layer1->method())).c_str());
 
-  Adam a1, a2, a3, c1, c2, c3;
+  Adam a1, a2, a3, c1, c2, c3, k1, k2;
   Matrix z1, h1, z2, h2, out, grad(kSamples), d2, dz2, d1, dz1, gw, gb;
   double first = 0, last = 0;
   for (size_t epoch = 1; epoch <= kEpochs; ++epoch) {
@@ -135,13 +148,21 @@ int main() {
     a3.step(w3, gw, t), c3.step(b3, gb, t);
     dz2.resize(d2.size());
     (void)layer2->backward(z2, d2, dz2, kSamples); // delta = err * f'(z)
+    if (!stepConstants(*layer2, z2, d2, k2, t))    // dL/dc = sum over the batch of err * df/dc
+      return 1;
     denseBackward(h1, w2, dz2, gw, gb, &d1, kSamples, kHidden, kHidden);
     a2.step(w2, gw, t), c2.step(b2, gb, t);
     dz1.resize(d1.size());
     (void)layer1->backward(z1, d1, dz1, kSamples);
+    if (!stepConstants(*layer1, z1, d1, k1, t))
+      return 1;
     denseBackward(x, w1, dz1, gw, gb, nullptr, kSamples, kIn, kHidden);
     a1.step(w1, gw, t), c1.step(b1, gb, t);
   }
   std::printf("loss fell from %.6f to %.6f (%.1fx)\n", first, last, first / last);
+  for (size_t node : {1, 7})
+    for (const std::string &name : layer1->constantNames(node))
+      std::printf("layer 1 node %zu (%s): %s trained to %.4f\n", node, layer1->formula(node).c_str(), name.c_str(),
+                  layer1->constant(node, name).value());
   return first / last >= 10 ? 0 : 1;
 }
