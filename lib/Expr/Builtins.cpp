@@ -5,6 +5,7 @@
 // A built-in's parameter is a user constant with a default.
 //===----------------------------------------------------------------------===//
 #include "Builtins.h"
+#include "StableForms.h"
 
 namespace hsnn::detail {
 namespace {
@@ -119,14 +120,9 @@ std::span<const BuiltinDef> table() {
      }},
     {{"log_cosh", FormulaMode::Loss, "log(cosh(y_pred - y_true))", {}},
      [](ExprContext &c, A a) {
-       // Near 0, log1p(2*sinh(d/2)**2) (cosh(d) - 1 without the cancellation;
-       // its derivative is tanh(d) as a product, so small gradients keep
-       // their digits); elsewhere |d| + softplus(-2|d|) - log(2), which does
-       // not overflow where cosh does.
-       Expr d = diff(c, a), ad = c.call(Op::Abs, d), s = c.call(Op::Sinh, c.div(d, n(c, 2)));
-       Expr small = c.call(Op::Log1p, c.mul(n(c, 2), c.mul(s, s)));
-       Expr large = c.sub(c.add(ad, c.call(Op::Softplus, c.mul(n(c, -2), ad))), n(c, 0.6931471805599453));
-       return pw(c, small, c.make(Op::Lt, {ad, n(c, 1)}), large);
+       // Exact near 0 (a gradient of 0 there would stop training near
+       // convergence) and no overflow where cosh overflows.
+       return logCosh(c, diff(c, a));
      }},
     {{"smooth_l1", FormulaMode::Loss,
       "Piecewise((0.5*(y_pred - y_true)**2/beta, Abs(y_pred - y_true) < beta), (Abs(y_pred - y_true) - 0.5*beta, True))",

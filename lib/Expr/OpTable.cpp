@@ -9,6 +9,7 @@
 // softplus use their overflow-free forms.
 //===----------------------------------------------------------------------===//
 #include "OpTable.h"
+#include "StableForms.h"
 
 #include <cmath>
 #include <limits>
@@ -141,14 +142,10 @@ BINARY_RULE(Atan2, std::atan2(a, b),
             c.div(subD(c, mulD(c, b, da), mulD(c, a, db)), c.add(c.mul(a, a), c.mul(b, b))))
 UNARY_RULE(Sinh, std::sinh(a), c.mul(c.call(Op::Cosh, a), d))
 UNARY_RULE(Cosh, std::cosh(a), c.mul(c.call(Op::Sinh, a), d))
-// sech(a)**2 as 4e/(1 + e)**2 with e = exp(-2|a|): 1 - tanh(a)**2 cancels
-// where tanh is near 1, and 1/cosh(a)**2 overflowed to 0 past |a| = 45
-// (f32), where the true value is still a subnormal.
-Expr sech2(ExprContext &c, Expr a) {
-  Expr e = c.call(Op::Exp, c.mul(num(c, -2), c.call(Op::Abs, a))), den = c.add(num(c, 1), e);
-  return c.div(c.mul(num(c, 4), e), c.mul(den, den));
-}
-UNARY_RULE(Tanh, std::tanh(a), c.mul(sech2(c, a), d))
+// sech(a)**2 in StableForms' form: 1 - tanh(a)**2 cancels where tanh is
+// near 1, and 1/cosh(a)**2 overflowed to 0 past |a| = 45 (f32), where the
+// true value is still a subnormal.
+UNARY_RULE(Tanh, std::tanh(a), c.mul(detail::sech2(c, a), d))
 UNARY_RULE(Asinh, std::asinh(a), c.div(d, c.call(Op::Sqrt, c.add(c.mul(a, a), num(c, 1)))))
 // sqrt(a-1)*sqrt(a+1) rather than sqrt(a*a-1): no overflow for large a.
 UNARY_RULE(Acosh, std::acosh(a),

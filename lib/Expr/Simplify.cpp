@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "hsnn/Formula.h"
 
+#include "StableForms.h"
+
 #include <unordered_map>
 
 namespace hsnn {
@@ -79,6 +81,10 @@ private:
     Expr b = e->numArgs() > 1 ? e->arg(1) : nullptr;
     switch (e->op()) {
     case Op::Log: {
+      if (a->op() == Op::Cosh) // log(cosh(u)): cosh overflows, and cancels near 0
+        return detail::logCosh(ctx_, a->arg(0));
+      if (a->op() == Op::Sigmoid) // log(sigmoid(u)) = -softplus(-u): no log of an underflowed 0
+        return ctx_.neg(ctx_.call(Op::Softplus, ctx_.neg(a->arg(0))));
       Expr v = onePlus(a);
       if (v && expArg(v)) // log(1 + exp(u)) -> softplus(u)
         return ctx_.call(Op::Softplus, expArg(v));
@@ -91,12 +97,17 @@ private:
     case Op::Div:
       if (Expr u = onePlusExpNeg(b)) // v/(1 + exp(-u)) -> v*sigmoid(u)
         return isOne(a) ? ctx_.call(Op::Sigmoid, u) : ctx_.mul(a, ctx_.call(Op::Sigmoid, u));
+      if (expArg(a) && onePlus(b) == a) // exp(u)/(1 + exp(u)) -> sigmoid(u): inf/inf was NaN
+        return ctx_.call(Op::Sigmoid, expArg(a));
       if (opt_.fast && a == b)
         return ctx_.number(1);
       break;
     case Op::Sub:
       if (isOne(b) && expArg(a)) // exp(u) - 1 -> expm1(u)
         return ctx_.call(Op::Expm1, expArg(a));
+      // 1 - tanh(u)**2 -> sech(u)**2, without the cancellation
+      if (isOne(a) && b->op() == Op::Mul && b->arg(0) == b->arg(1) && b->arg(0)->op() == Op::Tanh)
+        return detail::sech2(ctx_, b->arg(0)->arg(0));
       // (p + q) - q -> p: the true value where IEEE rounds p away (1 + |x|
       // - |x| is 0 past 2^24 in f32) or gives inf - inf = NaN; documented
       // as one of the rules that trade IEEE's result for the real one.

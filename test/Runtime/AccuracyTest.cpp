@@ -58,6 +58,15 @@ const Row kRows[] = {
     {"mish", DType::F32, -kInf, false, 0.0},
     {"mish", DType::F64, kInf, true, 1.0},
     {"gelu_tanh", DType::F32, -kInf, false, 0.0},
+    // Textbook forms written out get the stable forms (simplifier rules).
+    {"log(cosh(x))", DType::F32, 100, true, 1.0},
+    {"log(cosh(x))", DType::F64, 800, true, 1.0},
+    {"log(cosh(x))", DType::F32, 1e-3, false, 4.999999418942025e-07},
+    {"exp(num)/(1 + exp(num))", DType::F32, 100, false, 1.0},
+    {"exp(num)/(1 + exp(num))", DType::F32, -100, false, 3.720075976020836e-44},
+    {"log(1/(1 + exp(-x)))", DType::F32, -89, true, 1.0},
+    {"log(1/(1 + exp(-x)))", DType::F64, -kInf, true, 1.0},
+    {"1 - tanh(x)**2", DType::F32, 46, false, 4.4357542368816354e-40},
     // NaN in, NaN out: derivatives too.
     {"relu", DType::F32, kNaN, true, kNaN},
     {"leaky_relu", DType::F32, kNaN, true, kNaN},
