@@ -45,6 +45,14 @@ struct Diagnostic {
 std::string renderDiagnostics(const std::vector<Diagnostic> &diags);
 Error toError(const std::vector<Diagnostic> &diags);
 
+/// Where a built-in's constant is valid: above `lower` (or at it, when not
+/// strict). huber's delta must be > 0: a negative one gave negative losses.
+struct ConstantDomain {
+  double lower = 0;
+  bool strict = true;
+  std::string builtin; ///< Which built-in asks, for the message.
+};
+
 /// A parsed, simplified formula.
 struct Formula {
   Expr expr = nullptr;
@@ -54,6 +62,8 @@ struct Formula {
   std::vector<std::string> constants;
   /// Defaults for constants introduced by built-ins (huber's delta, ...).
   std::map<std::string, double> defaults;
+  /// Valid ranges of constants introduced by built-ins.
+  std::map<std::string, ConstantDomain> domains;
   /// Column of each constant's first use, for diagnostics.
   std::map<std::string, size_t> firstUse;
   std::string text;
@@ -79,6 +89,11 @@ Expected<Formula> parseFormula(ExprContext &ctx, std::string_view text, const Pa
 std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
                                                            const std::map<std::string, double> &given,
                                                            int node = -1, std::vector<Diagnostic> *unused = nullptr);
+
+/// Why `value` is not valid for constant `name` of `formula` (finite, and in
+/// its built-in's domain), e.g. "constant 'delta' of huber must be > 0, got
+/// -0.5"; empty when it is valid.
+std::string checkConstantValue(const Formula &formula, const std::string &name, double value);
 
 struct SimplifyOptions {
   /// Allows folds that are wrong for inf/NaN/-0 (x*0 -> 0, x-x -> 0,

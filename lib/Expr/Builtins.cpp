@@ -104,7 +104,8 @@ std::span<const BuiltinDef> table() {
        Expr d = diff(c, a), ad = c.call(Op::Abs, d), delta = c.param("delta");
        return pw(c, c.mul(n(c, 0.5), c.mul(d, d)), c.make(Op::Le, {ad, delta}),
                  c.mul(delta, c.sub(ad, c.mul(n(c, 0.5), delta))));
-     }},
+     },
+     {0, true, "huber"}},
     {{"bce", FormulaMode::Loss, "-(xlogy(y_true, y_pred + eps) + xlogy(1 - y_true, 1 - y_pred + eps))", {{"eps", 1e-7}}},
      [](ExprContext &c, A a) {
        // log(p + eps) and log(1 - p + eps), each in the form that keeps p's
@@ -117,7 +118,8 @@ std::span<const BuiltinDef> table() {
        Expr t1 = xlogy(c, a[1], c.add(p, eps), logP);
        Expr t2 = xlogy(c, c.sub(one, a[1]), c.add(p, eps), log1mP);
        return c.neg(c.add(t1, t2));
-     }},
+     },
+     {0, false, "bce"}},
     {{"log_cosh", FormulaMode::Loss, "log(cosh(y_pred - y_true))", {}},
      [](ExprContext &c, A a) {
        // Exact near 0 (a gradient of 0 there would stop training near
@@ -131,7 +133,8 @@ std::span<const BuiltinDef> table() {
        Expr d = diff(c, a), ad = c.call(Op::Abs, d), beta = c.param("beta");
        return pw(c, c.div(c.mul(n(c, 0.5), c.mul(d, d)), beta), c.make(Op::Lt, {ad, beta}),
                  c.sub(ad, c.mul(n(c, 0.5), beta)));
-     }},
+     },
+     {0, true, "smooth_l1"}},
     {{"bce_with_logits", FormulaMode::Loss, "log(1 + exp(y_pred)) - y_true*y_pred", {}},
      [](ExprContext &c, A a) {
        // softplus(x) - t*x cancels for x >> 0 at t = 1 (it was 0 at x = 20

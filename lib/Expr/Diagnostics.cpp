@@ -81,6 +81,8 @@ std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formu
     }
     if (!std::isfinite(value))
       return diag(column(name), name.size(), fmt::format("constant '{}' is {}; constants must be finite", name, value));
+    if (std::string why = checkConstantValue(formula, name, value); !why.empty())
+      return diag(column(name), name.size(), why);
   }
   std::vector<double> values;
   for (const std::string &name : formula.constants) {
@@ -92,6 +94,17 @@ std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formu
       return diag(column(name), name.size(), fmt::format("missing constant '{}': give it a value", name));
   }
   return values;
+}
+
+std::string checkConstantValue(const Formula &formula, const std::string &name, double value) {
+  if (!std::isfinite(value))
+    return fmt::format("constant '{}' must be finite, got {}", name, value);
+  auto it = formula.domains.find(name);
+  if (it == formula.domains.end())
+    return "";
+  const ConstantDomain &d = it->second;
+  bool ok = d.strict ? value > d.lower : value >= d.lower;
+  return ok ? "" : fmt::format("constant '{}' of {} must be {} {}, got {}", name, d.builtin, d.strict ? ">" : ">=", d.lower, value);
 }
 
 } // namespace hsnn

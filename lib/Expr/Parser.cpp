@@ -104,6 +104,8 @@ public:
       f.firstUse[n] = firstUse_.count(n) ? firstUse_[n] : 0;
       if (defaults_.count(n))
         f.defaults[n] = defaults_[n];
+      if (domains_.count(n))
+        f.domains[n] = domains_[n];
     }
     return f;
   }
@@ -434,6 +436,8 @@ private:
     for (auto [name, value] : b.info.params) {
       defaults_.emplace(std::string(name), value);
       firstUse_.emplace(std::string(name), at.pos + 1);
+      if (!b.domain.builtin.empty())
+        domains_.emplace(std::string(name), b.domain);
     }
     Expr e = b.expand(ctx_, args);
     if (e->depth() > kMaxDepth)
@@ -653,6 +657,7 @@ private:
   std::string varSpelling_;
   bool usesYPred_ = false;
   std::map<std::string, double> defaults_;
+  std::map<std::string, ConstantDomain> domains_;
   std::map<std::string, size_t> firstUse_;
 };
 

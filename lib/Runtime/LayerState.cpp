@@ -143,6 +143,8 @@ LayerState::LayerState(const LayerState &o)
 Error LayerState::setParam(size_t index, double value, std::string_view name) {
   if (!std::isfinite(value))
     return Error(ErrorCode::InvalidArgument, fmt::format("{} must be finite, got {}", name, value));
+  if (std::string why = checkParam(index, value); !why.empty())
+    return Error(ErrorCode::InvalidArgument, why);
   return replaceParams([&](std::vector<double> &values) { values[index] = value; });
 }
 
@@ -151,15 +153,18 @@ Error LayerState::setParams(std::span<const double> values) {
   if (values.size() != m.defaultParams.size())
     return wrongSize("params", values.size(), m.defaultParams.size(), constantsWhy(m.defaultParams.size()));
   for (size_t i = 0; i < values.size(); ++i)
-    if (!std::isfinite(values[i])) {
-      // Name the constant: node n owns [offsets[n], offsets[n + 1]).
-      size_t node = size_t(std::upper_bound(m.offsets.begin(), m.offsets.end(), uint64_t(i)) - m.offsets.begin()) - 1;
-      const Formula &f = m.group(node).formula;
-      return Error(ErrorCode::InvalidArgument,
-                   fmt::format("params[{}] (constant '{}'{}) must be finite, got {}", i, f.constants[i - m.offsets[node]],
-                               m.isLoss ? "" : fmt::format(" of node {}", node), values[i]));
-    }
+    if (std::string why = checkParam(i, values[i]); !why.empty())
+      return Error(ErrorCode::InvalidArgument, fmt::format("params[{}]: {}", i, why));
   return replaceParams([&](std::vector<double> &v) { v.assign(values.begin(), values.end()); });
+}
+
+std::string LayerState::checkParam(size_t index, double value) const {
+  // Node n owns params [offsets[n], offsets[n + 1]).
+  const CompiledModel &m = model();
+  size_t node = size_t(std::upper_bound(m.offsets.begin(), m.offsets.end(), uint64_t(index)) - m.offsets.begin()) - 1;
+  const Formula &f = m.group(node).formula;
+  std::string why = checkConstantValue(f, f.constants[index - m.offsets[node]], value);
+  return why.empty() || m.isLoss ? why : fmt::format("node {}: {}", node, why);
 }
 
 Error LayerState::replaceParams(const std::function<void(std::vector<double> &)> &change) {

@@ -92,6 +92,8 @@ struct LayerState {
 
 private:
   Error replaceParams(const std::function<void(std::vector<double> &)> &change);
+  /// Why params[index] cannot be `value` (not finite, outside its built-in's domain), or "".
+  std::string checkParam(size_t index, double value) const;
   Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
   Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
 

@@ -137,7 +137,7 @@ TEST_CASE("constant gradient and setParams errors name the array and the constan
   CHECK(e.message() == "'err' holds 5 elements; 2 nodes x batch 3 needs exactly 6");
   std::vector<double> bad = {std::numeric_limits<double>::infinity()};
   e = layer->setParams(bad);
-  CHECK(e.message() == "params[0] (constant 'alpha' of node 0) must be finite, got inf");
+  CHECK(e.message() == "params[0]: node 0: constant 'alpha' must be finite, got inf");
   std::vector<double> two = {1, 2};
   e = layer->setParams(two);
   CHECK(e.message() == "'params' holds 2 elements; 1 constant needs exactly 1");

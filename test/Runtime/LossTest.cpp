@@ -104,3 +104,21 @@ TEST_CASE("loss constants, f32 and errors") {
   REQUIRE_FALSE(badConst);
   CHECK(badConst.error().message() == "error: constant 'delta' is inf; constants must be finite\n  huber\n  ^~~~~");
 }
+
+TEST_CASE("built-in constants outside their domain are errors at compile time and in setConstant") {
+  auto bad = Loss::compile("huber", {{"delta", -0.5}});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message() == "error: constant 'delta' of huber must be > 0, got -0.5\n  huber\n  ^~~~~");
+  auto beta0 = Loss::compile("smooth_l1", {{"beta", 0}});
+  REQUIRE_FALSE(beta0);
+  CHECK(beta0.error().message().find("constant 'beta' of smooth_l1 must be > 0, got 0") != std::string::npos);
+  auto huber = Loss::compile("huber", {{"delta", 1.0}});
+  REQUIRE(huber);
+  CHECK(huber->setConstant("delta", -1).message() == "constant 'delta' of huber must be > 0, got -1");
+  CHECK(*huber->constant("delta") == 1.0);
+  CHECK_FALSE(static_cast<bool>(huber->setConstant("delta", 0.25)));
+  auto layer = ActivationLayer::compile({{"relu", {}}, {"huber_like*num", {{"huber_like", -3}}}});
+  REQUIRE(layer); // a user constant has no domain
+  auto eps = Loss::compile("bce", {{"eps", 0}});
+  CHECK(eps.has_value()); // bce's eps may be 0 (>= 0)
+}
