@@ -73,6 +73,12 @@ struct LayerOptions {
   /// error (compile a new layer instead).
   bool bakeConstants = false;
   int gpuId = 0; ///< Device for Method::Cuda.
+  /// Tiered compilation for cpu_jit (not in strict mode): compile() returns
+  /// once the formulas are parsed and differentiated, calls run on the
+  /// interpreter, and the JIT's code compiles on a background thread and
+  /// takes over at the first call after it is ready. method() and
+  /// compileInfo() say which tier runs; waitForCompile() waits for the JIT.
+  bool tiered = false;
 };
 
 struct LossOptions {
@@ -84,6 +90,7 @@ struct LossOptions {
   bool fastMath = false;
   bool bakeConstants = false;
   int gpuId = 0;
+  bool tiered = false; ///< As LayerOptions::tiered.
 };
 
 /// What compile() did, for inspection and benchmarks (milliseconds).
@@ -132,7 +139,12 @@ public:
   Method method() const;
   /// Distinct formulas after simplification (nodes sharing one share code).
   size_t numDistinctFormulas() const;
-  const CompileInfo &compileInfo() const;
+  CompileInfo compileInfo() const;
+  /// Tiered compilation: blocks until the background compile is done (its
+  /// code runs from the next call) and returns its error, if it failed (the
+  /// object keeps running on the interpreter then, as the fallback policy
+  /// says). Returns at once when nothing is compiling.
+  [[nodiscard]] Error waitForCompile() const;
 
   /// `z`, `a`, `err`, `delta`, `dfdz` each hold exactly numNodes() * batch
   /// elements in the layer's layout and dtype.
@@ -214,7 +226,12 @@ public:
   Reduction reduction() const;
   DType dtype() const;
   Method method() const;
-  const CompileInfo &compileInfo() const;
+  CompileInfo compileInfo() const;
+  /// Tiered compilation: blocks until the background compile is done (its
+  /// code runs from the next call) and returns its error, if it failed (the
+  /// object keeps running on the interpreter then, as the fallback policy
+  /// says). Returns at once when nothing is compiling.
+  [[nodiscard]] Error waitForCompile() const;
 
   /// The reduced loss (Mean or Sum), accumulated in double in a fixed order:
   /// the same input gives the same bits on every run and thread count.

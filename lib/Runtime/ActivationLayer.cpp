@@ -82,16 +82,19 @@ Layout ActivationLayer::layout() const {
 }
 Method ActivationLayer::method() const {
   HSNN_STATE_OR(Method::CpuInterp)
-  return state_->info.method;
+  return state_->compileInfo().method;
 }
 size_t ActivationLayer::numDistinctFormulas() const {
   HSNN_STATE_OR(0)
   return state_->model().groups.size();
 }
-const CompileInfo &ActivationLayer::compileInfo() const {
-  static const CompileInfo none;
-  HSNN_STATE_OR(none)
-  return state_->info;
+CompileInfo ActivationLayer::compileInfo() const {
+  HSNN_STATE_OR(CompileInfo{})
+  return state_->compileInfo();
+}
+Error ActivationLayer::waitForCompile() const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->waitForCompile();
 }
 
 template <class T> static std::span<const T> none() { return {}; }

@@ -7,8 +7,16 @@
 
 #include "hsnn/Runtime.h"
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include <atomic>
 #include <cmath>
 #include <fmt/format.h>
+#include <future>
 #include <limits>
 
 namespace hsnn::detail {
@@ -94,6 +102,25 @@ Error movedFrom(const char *what) {
   return Error(ErrorCode::InvalidArgument, fmt::format("this {} was moved from; use the object it was moved to", what));
 }
 
+// A background compile must not take a core from the calls it serves: a
+// TBB worker of the interpreter's call preempted by it stalls the whole
+// call for a scheduler slice (5 ms measured on 2 cores).
+static void lowerThisThreadsPriority() {
+#ifdef __linux__
+  (void)::setpriority(PRIO_PROCESS, id_t(::syscall(SYS_gettid)), 10);
+#endif
+}
+
+// The JIT's engine compiling on a background thread (tiered compilation).
+// Written by the task before `ready` is set; read after it is seen set.
+struct LayerState::PendingTier {
+  std::shared_future<void> task;
+  std::atomic<bool> ready{false};
+  std::shared_ptr<const Engine> engine; ///< Null: the JIT failed (warned), the interpreter stays.
+  Error error;
+  CompileInfo info;
+};
+
 Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const CompiledModel> model,
                                                          const EngineRequest &request, Reduction reduction) {
   auto s = std::make_unique<LayerState>();
@@ -106,10 +133,41 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
   auto method = checkedMethod(request.method, request.optLevel, request.gpuId);
   if (!method)
     return method.takeError();
-  s->info.parseMs = model->parseMs;
-  s->info.diffMs = model->diffMs;
+  CompileInfo &info = s->info_;
+  info.parseMs = model->parseMs;
+  info.diffMs = model->diffMs;
 
   std::shared_ptr<const Engine> engine;
+  // Not with baked constants: constants set while the interpreter runs would be lost.
+  if (request.tiered && *method == Method::CpuJit && !runtimeFlags().strict && !request.bakeConstants) {
+    // The interpreter serves calls now; the JIT compiles beside it. The
+    // task only touches its PendingTier, which lives until the task ends.
+    auto pending = std::make_shared<PendingTier>();
+    pending->info = info;
+    CacheConfig cache = cacheConfig();
+    pending->task = std::async(std::launch::async, [p = pending.get(), model, request, cache] {
+                      lowerThisThreadsPriority();
+                      CompileInfo tierInfo = p->info;
+                      auto jit = makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cache, jitFailed}, tierInfo);
+                      if (jit) {
+                        p->engine = std::move(*jit);
+                        tierInfo.method = Method::CpuJit;
+                      } else {
+                        p->error = jit.takeError();
+                        (void)jitFailed(p->error); // the fallback warning; strict mode never tiers
+                      }
+                      p->info = tierInfo;
+                      p->ready.store(true, std::memory_order_release);
+                    }).share();
+    s->pending_ = std::move(pending);
+    info.method = Method::CpuInterp;
+    engine = makeInterpreterEngine(model);
+    auto params = engine->makeParams(model->defaultParams);
+    if (!params)
+      return params.takeError();
+    s->current_ = {std::move(engine), std::move(*params)};
+    return s;
+  }
   auto keep = [&](Expected<std::shared_ptr<const Engine>> e) -> Error {
     if (!e)
       return e.takeError();
@@ -119,16 +177,16 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
   auto used = compileForMethod(
       *method,
       [&] {
-        return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, s->info));
+        return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, info));
       },
       [&] {
-        return keep(makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed}, s->info));
+        return keep(makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed}, info));
       });
   if (!used)
     return used.takeError();
   if (*used == Method::CpuInterp)
     engine = makeInterpreterEngine(model);
-  s->info.method = *used;
+  info.method = *used;
   auto params = engine->makeParams(model->defaultParams);
   if (!params)
     return params.takeError();
@@ -137,8 +195,50 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
 }
 
 LayerState::LayerState(const LayerState &o)
-    : model_(o.model_), what(o.what), request(o.request), reduction(o.reduction), info(o.info), guard(o.guard),
-      current_(o.current()) {}
+    : model_(o.model_), what(o.what), request(o.request), reduction(o.reduction), guard(o.guard) {
+  current_ = o.current();
+  std::lock_guard lock(o.mutex_);
+  info_ = o.info_;
+  pending_ = o.pending_;
+}
+
+LayerState::Current LayerState::current() const {
+  std::lock_guard lock(mutex_);
+  if (pending_ && pending_->ready.load(std::memory_order_acquire))
+    adoptPending();
+  return current_;
+}
+
+void LayerState::adoptPending() const {
+  std::shared_ptr<PendingTier> p = std::move(pending_);
+  if (!p->engine)
+    return; // the JIT failed (and said so): the interpreter stays
+  // The constants as they are now: setConstant may have run meanwhile.
+  auto params = p->engine->makeParams(current_.params->values);
+  if (!params)
+    return;
+  current_ = {p->engine, std::move(*params)};
+  info_ = p->info;
+}
+
+CompileInfo LayerState::compileInfo() const {
+  (void)current();
+  std::lock_guard lock(mutex_);
+  return info_;
+}
+
+Error LayerState::waitForCompile() const {
+  std::shared_ptr<PendingTier> p;
+  {
+    std::lock_guard lock(mutex_);
+    p = pending_;
+  }
+  if (!p)
+    return Error::success();
+  p->task.wait();
+  (void)current();
+  return p->error;
+}
 
 Error LayerState::setParam(size_t index, double value, std::string_view name) {
   if (!std::isfinite(value))
@@ -176,10 +276,15 @@ Error LayerState::replaceParams(const std::function<void(std::vector<double> &)>
                              what));
   std::vector<double> values = c.params->values;
   change(values);
-  auto params = c.engine->makeParams(std::move(values));
+  auto params = c.engine->makeParams(values);
   if (!params)
     return params.takeError();
   std::lock_guard lock(mutex_);
+  if (current_.engine != c.engine) { // a background compile was adopted meanwhile (CPU: cheap)
+    params = current_.engine->makeParams(std::move(values));
+    if (!params)
+      return params.takeError();
+  }
   current_.params = std::move(*params);
   return Error::success();
 }
@@ -192,9 +297,10 @@ Error LayerState::moveTo(int id) {
   if (c.engine->gpuId() < 0)
     return Error(ErrorCode::InvalidArgument,
                  fmt::format("this {} runs on the CPU ({}); compile it with method cuda to run it on a GPU", what,
-                             to_string(info.method)));
+                             to_string(c.engine->method())));
   if (c.engine->gpuId() == id)
     return Error::success();
+  CompileInfo info = compileInfo();
   auto engine = c.engine->moveTo(id, &info);
   if (!engine)
     return engine.takeError();
@@ -203,6 +309,7 @@ Error LayerState::moveTo(int id) {
     return params.takeError();
   std::lock_guard lock(mutex_);
   current_ = {std::move(*engine), std::move(*params)};
+  info_ = info;
   return Error::success();
 }
 

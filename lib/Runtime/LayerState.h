@@ -31,8 +31,9 @@ struct EngineRequest {
   bool fastMath = false;
   bool bakeConstants = false;
   int gpuId = 0;
+  bool tiered = false;
   template <class Options> static EngineRequest from(const Options &o) {
-    return {o.method, o.dtype, o.threads, o.optLevel, o.fastMath, o.bakeConstants, o.gpuId};
+    return {o.method, o.dtype, o.threads, o.optLevel, o.fastMath, o.bakeConstants, o.gpuId, o.tiered};
   }
 };
 
@@ -51,10 +52,12 @@ struct LayerState {
   LayerState() = default;
   LayerState(const LayerState &other);
 
-  Current current() const {
-    std::lock_guard lock(mutex_);
-    return current_;
-  }
+  /// The current pair; a background compile that has finished is adopted first.
+  Current current() const;
+  /// Which method runs now and where compile time went.
+  CompileInfo compileInfo() const;
+  /// Waits for a background compile (tiered) and adopts its engine.
+  Error waitForCompile() const;
   const CompiledModel &model() const { return *model_; }
 
   /// Sets the constant at params index `index` (`name` says which, for
@@ -87,7 +90,6 @@ struct LayerState {
   const char *what = "layer"; ///< "layer" or "loss", for messages
   EngineRequest request;
   Reduction reduction = Reduction::Mean;
-  CompileInfo info;
   RunGuard guard;
 
 private:
@@ -97,9 +99,16 @@ private:
   Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
   Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
 
-  mutable std::mutex mutex_;      // guards current_
+  struct PendingTier;
+  void adoptPending() const; // mutex_ held
+
+  mutable std::mutex mutex_;      // guards current_, info_, pending_
   mutable std::mutex writeMutex_; // orders writers (setParam, moveTo)
-  Current current_;
+  mutable Current current_;
+  mutable CompileInfo info_;
+  /// Tiered: the JIT compiling in the background, shared with copies (each
+  /// adopts it at its next call once it is ready).
+  mutable std::shared_ptr<PendingTier> pending_;
 };
 
 /// The name of a moved-from object's use, as an Error.

@@ -65,12 +65,15 @@ DType Loss::dtype() const {
 }
 Method Loss::method() const {
   HSNN_STATE_OR(Method::CpuInterp)
-  return state_->info.method;
+  return state_->compileInfo().method;
 }
-const CompileInfo &Loss::compileInfo() const {
-  static const CompileInfo none;
-  HSNN_STATE_OR(none)
-  return state_->info;
+CompileInfo Loss::compileInfo() const {
+  HSNN_STATE_OR(CompileInfo{})
+  return state_->compileInfo();
+}
+Error Loss::waitForCompile() const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->waitForCompile();
 }
 
 Expected<double> Loss::forward(std::span<const float> yp, std::span<const float> yt) const {

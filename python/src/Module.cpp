@@ -287,14 +287,23 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyLayer>(m, "ActivationLayer", "One formula per node, run over (nodes, batch) or (batch, nodes) arrays.")
       .def(py::init([](const py::iterable &nodes, const py::object &dtype, const std::string &layout,
-                       const std::string &method, unsigned threads, int optLevel, bool fastMath, bool bake, int gpuId) {
+                       const std::string &method, unsigned threads, int optLevel, bool fastMath, bool bake, int gpuId,
+                       bool tiered) {
              LayerOptions o{parseMethodName(method), parseDType(dtype), parseLayout(layout), threads, optLevel, fastMath,
-                            bake, gpuId};
+                            bake, gpuId, tiered};
              return PyLayer{take(ActivationLayer::compile(readNodes(nodes), o))};
            }),
            py::arg("nodes"), py::arg("dtype") = "float32", py::arg("layout") = "nodes_major", py::arg("method") = "auto",
            py::arg("threads") = 0, py::arg("opt_level") = 3, py::arg("fast_math") = false,
-           py::arg("bake_constants") = false, py::arg("gpu_id") = 0)
+           py::arg("bake_constants") = false, py::arg("gpu_id") = 0, py::arg("tiered") = false)
+      .def("wait_for_compile", [](const PyLayer &l) {
+             Error e;
+             {
+               py::gil_scoped_release unlocked;
+               e = l.layer.waitForCompile();
+             }
+             check(e);
+           }, "tiered=True: wait until the JIT's code runs")
       .def("forward", &PyLayer::forward, py::arg("z"), py::arg("out") = py::none(), "a = f(z)")
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")

@@ -1,0 +1,90 @@
+//===- test/CPU/TieredTest.cpp - Tiered compilation -----------------------===//
+//
+// LayerOptions::tiered: the interpreter serves calls at once, the JIT's code
+// takes over when it is ready, constants set meanwhile survive the switch,
+// copies switch too, and strict mode stays synchronous.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <random>
+
+using namespace hsnn;
+using namespace hsnn::test;
+
+namespace {
+
+const std::vector<NodeSpec> kNodes = {{"gelu", {}}, {"sin(num)*alpha", {{"alpha", 1.5}}}, {"tanh", {}}, {"softplus", {}}};
+
+std::vector<float> inputs(size_t n) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4, 4);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = u(rng);
+  return v;
+}
+
+// Each test compiles with the cache off, so the JIT really compiles.
+RuntimeFlagsOverride noCache() { return {.useKernelCache = false}; }
+
+} // namespace
+
+TEST_CASE("tiered: the interpreter answers first, the JIT takes over with the same constants") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  ScopedRuntimeFlags scope(noCache());
+  const size_t batch = 300;
+  std::vector<float> z = inputs(kNodes.size() * batch), a(z.size()), want(z.size());
+  auto layer = ActivationLayer::compile(kNodes, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(layer);
+  // A copy made before the switch shares the background compile.
+  ActivationLayer copy = *layer;
+  REQUIRE_OK(layer->forward(z, a, batch));
+  REQUIRE_OK(layer->setConstant(1, "alpha", -2.0)); // set while (most likely) still interpreting
+  REQUIRE_OK(layer->waitForCompile());
+  CHECK(layer->method() == Method::CpuJit);
+  CHECK(layer->compileInfo().method == Method::CpuJit);
+  CHECK(layer->compileInfo().codegenMs > 0);
+  CHECK(*layer->constant(1, "alpha") == -2.0);
+
+  auto sync = ActivationLayer::compile(kNodes, {.method = Method::CpuJit});
+  REQUIRE_OK_EXPECTED(sync);
+  REQUIRE_OK(sync->setConstant(1, "alpha", -2.0));
+  REQUIRE_OK(sync->forward(z, want, batch));
+  REQUIRE_OK(layer->forward(z, a, batch));
+  CHECK(a == want); // the JIT's own bits once it runs
+
+  REQUIRE_OK(copy.waitForCompile());
+  CHECK(copy.method() == Method::CpuJit);
+  CHECK(*copy.constant(1, "alpha") == 1.5); // a copy owns its constants
+  REQUIRE_OK(layer->waitForCompile()); // nothing pending: returns at once
+}
+
+TEST_CASE("tiered: strict mode and losses") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  ScopedRuntimeFlags scope(noCache());
+  {
+    ScopedRuntimeFlags strict({.strict = true});
+    auto layer = ActivationLayer::compile(kNodes, {.method = Method::CpuJit, .tiered = true});
+    REQUIRE_OK_EXPECTED(layer);
+    CHECK(layer->method() == Method::CpuJit); // strict: a JIT failure must be an error at compile(), so no tiers
+  }
+  auto loss = Loss::compile("huber", {{"delta", 0.5}}, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(loss);
+  std::vector<float> yp = inputs(1000), yt(1000, 0.25f);
+  auto first = loss->forward(yp, yt);
+  REQUIRE_OK_EXPECTED(first);
+  REQUIRE_OK(loss->waitForCompile());
+  CHECK(loss->method() == Method::CpuJit);
+  auto second = loss->forward(yp, yt);
+  REQUIRE_OK_EXPECTED(second);
+  CHECK(*second == doctest::Approx(*first).epsilon(1e-6));
+}
