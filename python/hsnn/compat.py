@@ -8,6 +8,13 @@ runs hsnn's interpreter), also hsnn's own (``cuda``, ``cpu_jit``, ...).
 
 - ``forward_kernel(z)`` returns ``a = f_node(z)``; ``backward_kernel(z, err)``
   returns ``delta = err * f_node'(z)``.
+- The seed's raw kernel signatures work too, writing into the given output:
+  ``forward_kernel(z, a, func_ids, params, offsets, nodes, batch)`` and
+  ``backward_kernel(z, err, delta, func_ids, params, offsets, nodes, batch)``,
+  with the compiler's own ``func_ids`` (one id per distinct formula, by
+  node), ``params`` (each node's constants in sorted-name order) and
+  ``offsets`` (int64). Changed ``params`` values take effect without a
+  recompile; ``func_ids`` and ``offsets`` must be the compiler's.
 - In loss mode, ``forward_kernel(y_pred, y_true)`` returns the mean loss and
   ``backward_kernel(y_pred, y_true)`` the gradient scaled by 1/N.
 - ``set_gpu_id(id)`` moves the code to another GPU; an id outside
@@ -33,6 +40,11 @@ class SymbolicJITCompiler:
             nodes = [c if isinstance(c, str) else (c[0], dict(c[1] or {})) for c in self.configs]
             self._code = _core.ActivationLayer(nodes, dtype="float32", layout="nodes_major", method=method,
                                                gpu_id=device_id)
+            ids = {}
+            self.func_ids = np.array([ids.setdefault(self._code.formula(n), len(ids))
+                                      for n in range(self._code.num_nodes)], dtype=np.int32)
+            self.params = np.array(self._code.params, dtype=np.float32)
+            self.offsets = np.array(self._code.offsets, dtype=np.int64)
         else:
             formula, constants = (configs, {}) if isinstance(configs, str) else (configs[0], dict(configs[1] or {}))
             self._code = _core.Loss(formula, constants, reduction="mean", dtype="float32", method=method)
@@ -40,8 +52,40 @@ class SymbolicJITCompiler:
     def _array(self, x, what):
         return np.ascontiguousarray(x, dtype=np.float32)
 
+    def _seed_call(self, kind, z, err, out, func_ids, params, offsets, nodes, batch):
+        """The seed's raw signature: checks its arrays against this compiler's, writes into `out`."""
+        n = self._code.num_nodes
+        if int(nodes) != n:
+            raise ValueError(f"nodes is {nodes}; this compiler has {n} nodes")
+        if not np.array_equal(np.asarray(func_ids).ravel(), self.func_ids):
+            raise ValueError("func_ids do not match this compiler's formulas (use compiler.func_ids)")
+        if not np.array_equal(np.asarray(offsets).ravel(), self.offsets):
+            raise ValueError("offsets do not match this compiler's constants (use compiler.offsets)")
+        values = np.asarray(params, dtype=np.float64).ravel()
+        current = np.asarray(self._code.params, dtype=np.float64)
+        if values.size != current.size:
+            raise ValueError(f"params has {values.size} values; this compiler's constants need {current.size}")
+        # The seed's params are float32: an unchanged float32 copy keeps the exact constants.
+        if not np.array_equal(values.astype(np.float32), current.astype(np.float32)):
+            self._code.set_params(values)
+        shape = (n, int(batch))
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous \
+                or out.size != n * int(batch):
+            raise ValueError(f"the output must be a C-contiguous float32 array of {n} x {batch} elements")
+        z = self._array(z, "z").reshape(shape)
+        if kind == "forward":
+            self._code.forward(z, out=out.reshape(shape))
+        else:
+            self._code.backward(z, self._array(err, "err").reshape(shape), out=out.reshape(shape))
+        return out
+
     def forward_kernel(self, *arrays):
         if self.mode == "activation":
+            if len(arrays) == 7:
+                z, a, func_ids, params, offsets, nodes, batch = arrays
+                return self._seed_call("forward", z, None, a, func_ids, params, offsets, nodes, batch)
+            if len(arrays) != 1:
+                raise TypeError("forward_kernel takes (z) or (z, a, func_ids, params, offsets, nodes, batch)")
             (z,) = arrays
             return self._code.forward(self._array(z, "z"))
         y_pred, y_true = arrays
@@ -49,6 +93,12 @@ class SymbolicJITCompiler:
 
     def backward_kernel(self, *arrays):
         if self.mode == "activation":
+            if len(arrays) == 8:
+                z, err, delta, func_ids, params, offsets, nodes, batch = arrays
+                return self._seed_call("backward", z, err, delta, func_ids, params, offsets, nodes, batch)
+            if len(arrays) != 2:
+                raise TypeError("backward_kernel takes (z, err) or (z, err, delta, func_ids, params, offsets, nodes, "
+                                "batch)")
             z, err = arrays
             return self._code.backward(self._array(z, "z"), self._array(err, "err"))
         y_pred, y_true = arrays

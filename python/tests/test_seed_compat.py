@@ -45,3 +45,32 @@ def test_loss_compiler_and_gpu_ids():
         c.set_gpu_id(7)
     with pytest.raises(ValueError, match="mode must be 'activation' or 'loss'"):
         SymbolicJITCompiler([], "CPU_JIT", mode="act")
+
+
+def test_the_seed_raw_kernel_signatures():
+    # The seed's contract: (nodes x batch) float32, func_ids per node, params flat, offsets per node.
+    configs = [("alpha*num + beta", {"alpha": 2.0, "beta": 0.5}), ("relu", {}), ("alpha*num + beta", {"alpha": 3.0, "beta": 0.0})]
+    c = SymbolicJITCompiler(configs, "CPU_JIT", mode="activation")
+    assert c.func_ids.tolist() == [0, 1, 0]
+    assert c.offsets.tolist() == [0, 2, 2] and c.offsets.dtype == np.int64
+    np.testing.assert_array_equal(c.params, np.array([2.0, 0.5, 3.0, 0.0], dtype=np.float32))
+    nodes, batch = 3, 4
+    z = np.arange(nodes * batch, dtype=np.float32) - 5
+    a = np.empty(nodes * batch, dtype=np.float32)
+    out = c.forward_kernel(z, a, c.func_ids, c.params, c.offsets, nodes, batch)
+    assert out is a
+    np.testing.assert_allclose(a[:4], 2 * z[:4] + 0.5)
+    np.testing.assert_allclose(a[4:8], np.maximum(z[4:8], 0))
+    params = c.params.copy()
+    params[2] = -1.0  # node 2's alpha, no recompile
+    delta = np.empty_like(a)
+    c.backward_kernel(z, np.ones_like(z), delta, c.func_ids, params, c.offsets, nodes, batch)
+    np.testing.assert_allclose(delta[8:], -1.0)
+    with pytest.raises(ValueError, match="func_ids do not match"):
+        c.forward_kernel(z, a, np.zeros(3, dtype=np.int32), c.params, c.offsets, nodes, batch)
+    with pytest.raises(ValueError, match="nodes is 2; this compiler has 3 nodes"):
+        c.forward_kernel(z, a, c.func_ids, c.params, c.offsets, 2, batch)
+    with pytest.raises(TypeError, match=r"forward_kernel takes \(z\) or"):
+        c.forward_kernel(z, a)
+    with pytest.raises(ValueError, match="params has 3 values; this compiler's constants need 4"):
+        c.forward_kernel(z, a, c.func_ids, c.params[:3], c.offsets, nodes, batch)
