@@ -24,7 +24,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-4")
+  k.add("format", "hsnn-host-object-5")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -144,8 +144,17 @@ public:
   }
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
-    if (kindInfo(kind).constants) // no compiled tier yet: the interpreter's tapes
-      return interpreter_->runActivation(kind, a, params);
+    if (kindInfo(kind).constants) {
+      if (Error e = ensureConstantKernels())
+        return e;
+      if (!constantsCompiled_)
+        return interpreter_->runActivation(kind, a, params);
+      if (model().options.dtype == DType::F32)
+        runConstantGradient<float>(a, params);
+      else
+        runConstantGradient<double>(a, params);
+      return Error::success();
+    }
     if (kind == KernelKind::Fused) {
       if (Error e = ensureFused())
         return e;
@@ -160,8 +169,17 @@ public:
   }
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
-    if (kindInfo(kind).constants) // no compiled tier yet: the interpreter's tapes
-      return interpreter_->runLoss(kind, a, params);
+    if (kindInfo(kind).constants) {
+      if (Error e = ensureConstantKernels())
+        return e;
+      if (!constantsCompiled_)
+        return interpreter_->runLoss(kind, a, params);
+      if (model().options.dtype == DType::F32)
+        runLossConstantGradient<float>(a, params);
+      else
+        runLossConstantGradient<double>(a, params);
+      return 0.0;
+    }
     if (model().options.dtype == DType::F32)
       return runLoss<float>(kind, a, params);
     return runLoss<double>(kind, a, params);
@@ -180,6 +198,80 @@ private:
         fusedCompiled_ = true;
     });
     return fusedError_;
+  }
+
+  // The constant-gradient kernels, built at first use like the fused ones.
+  Error ensureConstantKernels() const {
+    std::call_once(constantsOnce_, [this] {
+      auto *self = const_cast<HostJitEngine *>(this);
+      CompileInfo lazy;
+      if (Error e = self->build({constantGradientKind(model().isLoss)}, lazy))
+        constantsError_ = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
+      else
+        constantsCompiled_ = true;
+    });
+    return constantsError_;
+  }
+
+  // Per node, the batch in fixed chunks (gathered when batch-major), each
+  // chunk's sums added in chunk order: the result does not depend on the
+  // thread count.
+  template <class T> void runConstantGradient(const ActivationArgs &a, const ParamSet &params) const {
+    using Fn = void (*)(const T *, const T *, double *, void *, const double *, int64_t);
+    const CompiledModel &m = model();
+    const auto &fns = nodeKernel_[size_t(KernelKind::ConstantGradient)];
+    size_t nodes = m.numNodes(), batch = a.batch;
+    bool nodesMajor = m.options.layout == Layout::NodesMajor;
+    const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
+    auto *grads = static_cast<double *>(a.out0);
+    forBlocks(nodes, batch, [&](size_t n) {
+      size_t k = m.group(n).formula.constants.size();
+      if (k == 0)
+        return;
+      auto fn = reinterpret_cast<Fn>(fns[n]);
+      std::vector<CompensatedSum> sums(k);
+      std::vector<double> part(k);
+      std::vector<T> zb, eb;
+      for (size_t c0 = 0; c0 < batch; c0 += kActivationBlock) {
+        size_t len = std::min(kActivationBlock, batch - c0);
+        const T *zp = z + n * batch + c0, *ep = err + n * batch + c0;
+        if (!nodesMajor) {
+          zb.resize(len), eb.resize(len);
+          for (size_t i = 0; i < len; ++i) {
+            zb[i] = z[(c0 + i) * nodes + n];
+            eb[i] = err[(c0 + i) * nodes + n];
+          }
+          zp = zb.data(), ep = eb.data();
+        }
+        fn(zp, ep, part.data(), nullptr, params.values.data() + m.offsets[n], int64_t(len));
+        for (size_t j = 0; j < k; ++j)
+          sums[j].add(part[j]);
+      }
+      for (size_t j = 0; j < k; ++j)
+        grads[m.offsets[n] + j] = sums[j].value();
+    });
+  }
+
+  template <class T> void runLossConstantGradient(const LossArgs &a, const ParamSet &params) const {
+    using Fn = double (*)(const T *, const T *, double *, const double *, int64_t, T);
+    size_t k = model().group(0).formula.constants.size();
+    if (k == 0)
+      return;
+    auto fn = reinterpret_cast<Fn>(nodeKernel_[size_t(KernelKind::LossConstantGradient)][0]);
+    const T *yp = static_cast<const T *>(a.yPred), *yt = static_cast<const T *>(a.yTrue);
+    size_t chunks = (a.n + kLossBlock - 1) / kLossBlock;
+    std::vector<double> parts(chunks * k);
+    forBlocks(chunks, kLossBlock, [&](size_t c) {
+      size_t i0 = c * kLossBlock, len = std::min(kLossBlock, a.n - i0);
+      fn(yp + i0, yt + i0, parts.data() + c * k, params.values.data(), int64_t(len), T(1));
+    });
+    auto *grads = static_cast<double *>(a.out);
+    for (size_t j = 0; j < k; ++j) {
+      CompensatedSum sum;
+      for (size_t c = 0; c < chunks; ++c)
+        sum.add(parts[c * k + j]);
+      grads[j] = a.scale * sum.value();
+    }
   }
 
   template <class T> void run(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const {
@@ -211,9 +303,9 @@ private:
   std::shared_ptr<const Engine> interpreter_; // runs kinds the JIT could not build
   std::vector<std::shared_ptr<KernelLibrary>> libraries_;
   std::vector<void *> nodeKernel_[kNumKernelKinds]; // per kind, per node
-  mutable std::once_flag fusedOnce_;
-  mutable Error fusedError_;
-  mutable bool fusedCompiled_ = false;
+  mutable std::once_flag fusedOnce_, constantsOnce_;
+  mutable Error fusedError_, constantsError_;
+  mutable bool fusedCompiled_ = false, constantsCompiled_ = false;
 };
 
 } // namespace

@@ -82,8 +82,15 @@ public:
     b.SetInsertPoint(loop);
     PHINode *idx = b.CreatePHI(i64, 2, "i");
     idx->addIncoming(b.getInt64(0), entry);
-    Sum sum(b, kindInfo(r.kind).summing, et, lanes);
-    sum.start(entry);
+    // Running sums: the loss (summing kinds), or one per constant (the
+    // constant-gradient kinds, always compensated: their terms change sign).
+    const bool reduces = kindInfo(r.kind).constants;
+    size_t numSums = reduces ? p.outputs.size() : kindInfo(r.kind).summing ? 1 : 0;
+    std::vector<Sum> sums;
+    for (size_t j = 0; j < numSums; ++j)
+      sums.emplace_back(b, lanes, reduces || et->isDoubleTy());
+    for (Sum &sum : sums)
+      sum.start(entry);
     Value *rem = b.CreateSub(n, idx, "rem");
     Value *full = b.CreateICmpSGE(rem, b.getInt64(lanes), "full");
     b.CreateCondBr(full, loadFull, loadPart);
@@ -95,7 +102,7 @@ public:
         at = bb.CreateMul(at, bb.CreateVectorSplat(lanes, fn->getArg(6)));
       return bb.CreateGEP(et, fn->getArg(arg), at);
     };
-    unsigned inputs = loss || r.kind == KernelKind::Backward ? 2 : 1;
+    unsigned inputs = kindInfo(r.kind).inputs;
     Value *loaded[2][2] = {};
     Value *partMask = nullptr;
     for (int part = 0; part < 2; ++part) {
@@ -128,10 +135,30 @@ public:
     mask->addIncoming(partMask, loadPart);
     std::vector<std::pair<Value *, unsigned>> outputs;
     io.store = [&](Value *v, unsigned arg) { outputs.emplace_back(v, arg); };
-    io.accumulate = [&](Value *loss) { return sum.add(loss, mask); };
-    llvm::Expected<Value *> accNext = lowering_.element(b, r.kind, p, slot, io, nullptr);
-    if (!accNext)
-      return accNext.takeError();
+    if (reduces) {
+      // sum_j += err * d/dc_j (layers) or d/dc_j (losses), lane by lane.
+      Value *vars[3] = {nullptr, nullptr, nullptr};
+      if (loss) {
+        vars[size_t(Variable::YPred)] = io.preloaded[0];
+        vars[size_t(Variable::YTrue)] = io.preloaded[1];
+      } else {
+        vars[size_t(Variable::Num)] = io.preloaded[0];
+      }
+      if (llvm::Error e = lowering_.evaluate(b, p, slot, vars, vt))
+        return e;
+      // In double, as the interpreter does: err * d/dc rounded once, in double.
+      auto *dvt = FixedVectorType::get(b.getDoubleTy(), lanes);
+      auto wide = [&](Value *v) { return et->isFloatTy() ? b.CreateFPExt(v, dvt) : v; };
+      for (size_t j = 0; j < numSums; ++j) {
+        Value *term = wide(slot[p.outputs[j]]);
+        sums[j].add(loss ? term : b.CreateFMul(wide(io.preloaded[1]), term), mask);
+      }
+    } else {
+      io.accumulate = [&](Value *value) { return sums.front().add(value, mask); };
+      llvm::Expected<Value *> accNext = lowering_.element(b, r.kind, p, slot, io, nullptr);
+      if (!accNext)
+        return accNext.takeError();
+    }
     b.CreateCondBr(full, storeFull, storePart);
     for (int part = 0; part < 2; ++part) {
       b.SetInsertPoint(part ? storePart : storeFull);
@@ -149,7 +176,8 @@ public:
     b.SetInsertPoint(latch);
     Value *next = b.CreateAdd(idx, b.getInt64(lanes), "i.next", true, true);
     idx->addIncoming(next, latch);
-    sum.loop(latch);
+    for (Sum &sum : sums)
+      sum.loop(latch);
     BranchInst *back = b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
     // Already vectors: keep the loop vectorizer away.
     MDNode *off = MDNode::get(ctx_, {MDString::get(ctx_, "llvm.loop.vectorize.enable"),
@@ -159,26 +187,36 @@ public:
     back->setMetadata(LLVMContext::MD_loop, loopId);
 
     b.SetInsertPoint(exit);
+    for (Sum &sum : sums)
+      sum.merge(entry, latch);
+    Value *zero = ConstantFP::get(b.getDoubleTy(), 0.0);
+    if (reduces) {
+      // out[j] = the sum (times scale for a loss), as doubles.
+      Value *scale = !loss ? nullptr : et->isDoubleTy() ? fn->getArg(5) : b.CreateFPExt(fn->getArg(5), b.getDoubleTy());
+      for (size_t j = 0; j < numSums; ++j) {
+        Value *v = sums[j].total();
+        b.CreateStore(scale ? b.CreateFMul(v, scale) : v, b.CreateConstInBoundsGEP1_64(b.getDoubleTy(), fn->getArg(2), j));
+      }
+    }
     if (loss)
-      b.CreateRet(sum.finish(entry, latch));
+      b.CreateRet(!reduces && !sums.empty() ? sums.front().total() : zero);
     else
       b.CreateRetVoid();
     return llvm::Error::success();
   }
 
 private:
-  // A loss kernel's running sum, lane by lane in double. f64 losses carry a
-  // Neumaier compensation per lane, so a sum of a million elements stays
-  // within a few ulp of the exact sum; the lanes are added in lane order at
-  // the end. Every step's order is fixed by n alone: the same bits each run.
+  // A running sum, lane by lane in double: a loss, or a constant's gradient.
+  // f64 losses and gradients carry a Neumaier compensation per lane, so a
+  // sum of a million elements stays within a few ulp of the exact sum; the
+  // lanes are added in lane order at the end. Every step's order is fixed by
+  // n alone: the same bits each run.
   class Sum {
   public:
-    Sum(IRBuilder<> &b, bool on, Type *et, unsigned lanes)
-        : b_(b), on_(on), compensated_(et->isDoubleTy()), vt_(FixedVectorType::get(b.getDoubleTy(), lanes)) {}
+    Sum(IRBuilder<> &b, unsigned lanes, bool compensated)
+        : b_(b), compensated_(compensated), vt_(FixedVectorType::get(b.getDoubleTy(), lanes)) {}
 
     void start(BasicBlock *entry) {
-      if (!on_)
-        return;
       s_ = b_.CreatePHI(vt_, 2, "sum");
       s_->addIncoming(Constant::getNullValue(vt_), entry);
       if (compensated_) {
@@ -197,25 +235,28 @@ private:
     }
 
     void loop(BasicBlock *latch) {
-      if (!on_)
-        return;
       s_->addIncoming(sNext_, latch);
       if (c_)
         c_->addIncoming(cNext_, latch);
     }
 
-    Value *finish(BasicBlock *entry, BasicBlock *latch) {
-      Type *d = b_.getDoubleTy();
-      Value *zero = ConstantFP::get(d, 0.0);
-      if (!on_)
-        return zero;
+    // The exit block's PHIs (all sums' PHIs before any other instruction).
+    void merge(BasicBlock *entry, BasicBlock *latch) {
       auto merged = [&](Value *v) {
         PHINode *phi = b_.CreatePHI(vt_, 2);
         phi->addIncoming(Constant::getNullValue(vt_), entry);
         phi->addIncoming(v, latch);
         return phi;
       };
-      Value *s = merged(sNext_), *c = c_ ? merged(cNext_) : nullptr;
+      sExit_ = merged(sNext_);
+      cExit_ = c_ ? merged(cNext_) : nullptr;
+    }
+
+    // The lanes added in lane order (compensated too, when this sum is).
+    Value *total() {
+      Type *d = b_.getDoubleTy();
+      Value *zero = ConstantFP::get(d, 0.0);
+      Value *s = sExit_, *c = cExit_;
       Value *total = zero, *comp = zero;
       for (unsigned l = 0; l < vt_->getNumElements(); ++l) {
         Value *x = b_.CreateExtractElement(s, l), *t = b_.CreateFAdd(total, x);
@@ -240,10 +281,10 @@ private:
     }
 
     IRBuilder<> &b_;
-    bool on_, compensated_;
+    bool compensated_;
     FixedVectorType *vt_;
     PHINode *s_ = nullptr, *c_ = nullptr;
-    Value *sNext_ = nullptr, *cNext_ = nullptr;
+    Value *sNext_ = nullptr, *cNext_ = nullptr, *sExit_ = nullptr, *cExit_ = nullptr;
   };
 
   Module &m_;

@@ -110,7 +110,8 @@ llvm::Expected<Value *> ElementLowering::element(IRBuilder<> &b, KernelKind kind
     return sum(out(0));
   case KernelKind::ConstantGradient:
   case KernelKind::LossConstantGradient:
-    // The interpreter's tapes run these: there is no compiled tier yet.
+    // Reductions, not elementwise: the CPU kernels sum them in IREmitter;
+    // there is no GPU kernel for them yet (the runtime uses the interpreter).
     return make_error<StringError>(fmt::format("no compiled kernel for kind {}", kindName(kind)),
                                    inconvertibleErrorCode());
   }

@@ -118,20 +118,6 @@ double interpretLoss(const Program &p, KernelKind kind, const double *params, co
   });
 }
 
-namespace {
-// A running sum in double with Neumaier's compensation: for a given sequence
-// of terms, the same bits every time.
-struct CompensatedSum {
-  double sum = 0, comp = 0;
-  void add(double x) {
-    double t = sum + x;
-    comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-    sum = t;
-  }
-  double value() const { return std::isfinite(sum) ? sum + comp : sum; }
-};
-} // namespace
-
 template <class T>
 void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *err, double *grads, size_t batch) {
   size_t nodes = plan.nodeProgram.size();

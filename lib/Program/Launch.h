@@ -10,6 +10,7 @@
 #include "hsnn/Layer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -126,6 +127,18 @@ void launchActivation(Layout layout, size_t nodes, size_t batch, const T *z, con
       transposeTile<T>(o1, ld, out1 + at, nodes, cn, len, /*streamDst=*/true);
   });
 }
+
+/// A running sum in double with Neumaier's compensation: for a given
+/// sequence of terms, the same bits every time.
+struct CompensatedSum {
+  double sum = 0, comp = 0;
+  void add(double x) {
+    double t = sum + x;
+    comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  }
+  double value() const { return std::isfinite(sum) ? sum + comp : sum; }
+};
 
 /// Calls run(i0, len) -> partial sum over blocks of `block` elements and
 /// adds the partial sums in an order fixed by n alone, so a reduction gives

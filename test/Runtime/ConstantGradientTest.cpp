@@ -145,3 +145,37 @@ TEST_CASE("constant gradient and setParams errors name the array and the constan
   e = layer->constantGradients(std::span<const double>(d64), std::span<const double>(d64), g1, 3);
   CHECK(e.message() == "layer was compiled for f32, called with f64 arrays");
 }
+
+TEST_CASE("compiled constant gradients agree with the interpreter's, over several chunks, both layouts") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  const std::vector<NodeSpec> nodes = {{"sin(num)*alpha + beta", {{"alpha", 1.5}, {"beta", -0.25}}},
+                                       {"relu", {}},
+                                       {"Piecewise((num, num > 0), (a*num, True))", {{"a", 0.2}}}};
+  const size_t batch = 10001; // chunks of 4096 and a remainder
+  std::vector<double> z = randoms(nodes.size() * batch, 5, -3, 3), err = randoms(z.size(), 6, -1, 1);
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    CAPTURE(to_string(layout));
+    auto jit = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = DType::F64, .layout = layout});
+    auto interp = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = DType::F64, .layout = layout});
+    REQUIRE_OK_EXPECTED(jit);
+    REQUIRE_OK_EXPECTED(interp);
+    std::vector<double> gj(3), gi(3), again(3);
+    REQUIRE_OK(jit->constantGradients(z, err, gj, batch));
+    REQUIRE_OK(interp->constantGradients(z, err, gi, batch));
+    for (size_t i = 0; i < 3; ++i)
+      CHECK(gj[i] == doctest::Approx(gi[i]).epsilon(1e-12));
+    REQUIRE_OK(jit->constantGradients(z, err, again, batch));
+    CHECK(again == gj);
+  }
+  auto loss = Loss::compile("huber", {{"delta", 0.3}}, {.method = Method::CpuJit, .dtype = DType::F64});
+  auto lossInterp = Loss::compile("huber", {{"delta", 0.3}}, {.method = Method::CpuInterp, .dtype = DType::F64});
+  REQUIRE_OK_EXPECTED(loss);
+  REQUIRE_OK_EXPECTED(lossInterp);
+  std::vector<double> yp = randoms(70001, 7, -2, 2), yt = randoms(70001, 8, -2, 2), a(1), b(1);
+  REQUIRE_OK(loss->constantGradients(yp, yt, a));
+  REQUIRE_OK(lossInterp->constantGradients(yp, yt, b));
+  CHECK(a[0] == doctest::Approx(b[0]).epsilon(1e-12));
+}
