@@ -8,6 +8,8 @@
 //   void NAME_forward (const T *z, T *a, int64_t batch, const double *params);
 //   void NAME_backward(const T *z, const T *err, T *delta, int64_t batch, const double *params);
 //   void NAME_fused   (const T *z, T *a, T *dfdz, int64_t batch, const double *params);
+//   void NAME_constant_gradient(const T *z, const T *err, double *grads, int64_t batch, const double *params);
+//     (trainable constants: grads[i] = sum over node n's batch of err * da/dparams[i], i from NAME_param_offsets[n])
 // and NAME_forward_range(..., int64_t node_begin, int64_t node_end) etc. for
 // nodes [node_begin, node_end), so the application can parallelise with
 // whatever it uses. Arrays hold nodes * batch elements in the layer's
@@ -16,7 +18,8 @@
 //
 // A loss NAME exports the kernels of KernelSpec's LossFn ABI:
 //   double NAME_sum     (const T *yp, const T *yt, T *unused, const double *params, int64_t n, T scale);
-//   double NAME_elements(..., T *out, ...), NAME_gradient(..., T *grad, ..., T scale), NAME_fused(...)
+//   double NAME_elements(..., T *out, ...), NAME_gradient(..., T *grad, ..., T scale), NAME_fused(...),
+//   NAME_constant_gradient(..., double *grads, ..., T scale) (grads[j] = scale * sum of dl/dparams[j])
 // where the mean loss is NAME_sum(...)/n and its gradient uses scale = 1/n.
 //
 //===----------------------------------------------------------------------===//

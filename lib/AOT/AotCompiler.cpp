@@ -187,9 +187,14 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
   for (size_t u = 0; u < model.units.size(); ++u)
     for (KernelKind k : detail::kActivationKinds)
       requests.push_back({symbol(u, k), model.units[u].programs[size_t(k)], k, dtype, layout == Layout::BatchMajor});
-  for (uint32_t unit : model.unitOf)
+  for (size_t u = 0; u < model.units.size(); ++u)
+    requests.push_back({symbol(u, KernelKind::ConstantGradient), model.units[u].programs[size_t(KernelKind::ConstantGradient)],
+                        KernelKind::ConstantGradient, dtype, layout == Layout::BatchMajor});
+  for (uint32_t unit : model.unitOf) {
     for (KernelKind k : detail::kActivationKinds)
       entry.nodeKernel[size_t(k)].push_back(symbol(unit, k));
+    entry.constantKernel.push_back(symbol(unit, KernelKind::ConstantGradient));
+  }
   detail::PipelineOptions po = pipelineOptions(*target, options);
   auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
                                        [&](llvm::Module &m) { return detail::emitLayerEntryPoints(m, entry); });
@@ -221,7 +226,9 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
       "void {name}_fused(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params);\n"
       "void {name}_forward_range(const {T} *z, {T} *a, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
       "void {name}_backward_range(const {T} *z, const {T} *err, {T} *delta, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
-      "void {name}_fused_range(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n",
+      "void {name}_fused_range(const {T} *z, {T} *a, {T} *dfdz, int64_t batch, const double *params, int64_t node_begin, int64_t node_end);\n"
+      "/* Trainable constants: grads[i] (one per params entry) = the sum over its node's batch of err * d a / d params[i]. */\n"
+      "void {name}_constant_gradient(const {T} *z, const {T} *err, double *grads, int64_t batch, const double *params);\n",
       fmt::arg("U", upper), fmt::arg("name", name), fmt::arg("T", T), fmt::arg("nodes", model.numNodes()),
       fmt::arg("np", model.defaultParams.size()), fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())),
       fmt::arg("vals", formatParams(model.defaultParams)),
@@ -244,6 +251,8 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
   std::vector<KernelRequest> requests;
   for (KernelKind k : detail::kLossKinds)
     requests.push_back({fmt::format("{}_{}", name, detail::kindInfo(k).cName), model.units[0].programs[size_t(k)], k, dtype});
+  requests.push_back({name + "_constant_gradient", model.units[0].programs[size_t(KernelKind::LossConstantGradient)],
+                      KernelKind::LossConstantGradient, dtype});
   detail::PipelineOptions po = pipelineOptions(*target, options);
   auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr, [&](llvm::Module &m) {
     return detail::emitDefaultParams(m, name, model.defaultParams);
@@ -269,7 +278,9 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
       "/* grad[i] = scale * dloss/dy_pred; returns 0 */\n"
       "double {name}_gradient(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
       "/* grad as above; returns the sum of the losses */\n"
-      "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n",
+      "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
+      "/* Trainable constants: grads[j] = scale * the sum of d loss / d params[j]; returns 0 */\n"
+      "double {name}_constant_gradient(const {T} *yp, const {T} *yt, double *grads, const double *params, int64_t n, {T} scale);\n",
       fmt::arg("name", name), fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.defaultParams.size()),
       fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())));
   // The spec's reduction: host-side arithmetic on the kernels above, so it

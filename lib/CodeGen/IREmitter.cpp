@@ -312,6 +312,60 @@ llvm::Error emitDefaultParams(llvm::Module &m, const std::string &name, const st
   return llvm::Error::success();
 }
 
+namespace {
+
+// NAME_constant_gradient(z, err, grads, batch, params): node n's kernel sums
+// err * d/dc over its batch into grads[offsets[n] ...] (one call per node).
+llvm::Error emitConstantGradientEntry(Module &m, const LayerEntryPoints &layer, GlobalVariable *offsetTable) {
+  LLVMContext &ctx = m.getContext();
+  Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
+  Type *t = layer.dtype == DType::F32 ? Type::getFloatTy(ctx) : Type::getDoubleTy(ctx);
+  size_t nodes = layer.offsets.size();
+  bool strided = layer.layout == Layout::BatchMajor;
+  std::vector<Constant *> fns;
+  for (const std::string &sym : layer.constantKernel) {
+    Function *f = m.getFunction(sym);
+    if (!f)
+      return make_error<StringError>("missing kernel " + sym, inconvertibleErrorCode());
+    fns.push_back(f);
+  }
+  auto *tableTy = ArrayType::get(ptr, nodes);
+  auto *table = new GlobalVariable(m, tableTy, true, GlobalValue::InternalLinkage, ConstantArray::get(tableTy, fns),
+                                   layer.name + "_constant_gradient_kernels");
+  Function *fn = Function::Create(FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, i64, ptr}, false),
+                                  Function::ExternalLinkage, layer.name + "_constant_gradient", m);
+  fn->setDoesNotThrow();
+  BasicBlock *entry = BasicBlock::Create(ctx, "entry", fn), *loop = BasicBlock::Create(ctx, "loop", fn),
+             *done = BasicBlock::Create(ctx, "done", fn);
+  IRBuilder<> b(entry);
+  Value *batch = fn->getArg(3), *prm = fn->getArg(4);
+  b.CreateCondBr(b.getInt1(nodes > 0), loop, done);
+  b.SetInsertPoint(loop);
+  PHINode *n = b.CreatePHI(i64, 2, "node");
+  n->addIncoming(b.getInt64(0), entry);
+  Value *kernel = b.CreateLoad(ptr, b.CreateInBoundsGEP(tableTy, table, {b.getInt64(0), n}));
+  Value *off = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, offsetTable, n));
+  Value *base = strided ? n : b.CreateMul(n, batch);
+  std::vector<Value *> args = {b.CreateGEP(t, fn->getArg(0), base), b.CreateGEP(t, fn->getArg(1), base),
+                               b.CreateGEP(b.getDoubleTy(), fn->getArg(2), off),
+                               ConstantPointerNull::get(cast<PointerType>(ptr)), b.CreateGEP(b.getDoubleTy(), prm, off),
+                               batch};
+  std::vector<Type *> params = {ptr, ptr, ptr, ptr, ptr, i64};
+  if (strided) {
+    args.push_back(b.getInt64(nodes));
+    params.push_back(i64);
+  }
+  b.CreateCall(FunctionType::get(Type::getVoidTy(ctx), params, false), kernel, args);
+  Value *next = b.CreateAdd(n, b.getInt64(1));
+  n->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpEQ(next, b.getInt64(nodes)), done, loop);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+  return llvm::Error::success();
+}
+
+} // namespace
+
 llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer) {
   LLVMContext &ctx = m.getContext();
   Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
@@ -388,6 +442,8 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
     wb.CreateCall(range, fwd);
     wb.CreateRetVoid();
   }
+  if (!layer.constantKernel.empty())
+    return emitConstantGradientEntry(m, layer, offsetTable);
   return llvm::Error::success();
 }
 

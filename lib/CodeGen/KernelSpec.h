@@ -84,6 +84,7 @@ struct LayerEntryPoints {
   std::vector<uint64_t> offsets;            ///< Per node, into params.
   std::vector<double> defaultParams;        ///< The spec's constant values.
   std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per activation kind.
+  std::vector<std::string> constantKernel;  ///< Per node, its ConstantGradient kernel (empty: none).
 };
 
 } // namespace hsnn::detail

@@ -309,3 +309,59 @@ TEST_CASE("f64 loss sums of 10^6 elements are within 2 ulp of the exact sum: JIT
   CAPTURE(aot);
   CHECK(ulpDistance(aot, want) <= 2);
 }
+
+TEST_CASE("AOT constant-gradient entry points agree with the JIT's") {
+  REQUIRE_JIT();
+  const std::vector<NodeSpec> spec = {{"sin(num)*alpha + beta", {{"alpha", 1.5}, {"beta", -0.25}}},
+                                      {"relu", {}},
+                                      {"leaky_relu", {{"negative_slope", 0.2}}}};
+  const size_t nodes = spec.size(), batch = 5003;
+  std::mt19937_64 rng(9);
+  std::vector<double> z = values<double>(nodes * batch, rng), err = values<double>(nodes * batch, rng);
+  for (double &v : z)
+    v = std::isfinite(v) ? std::clamp(v, -50.0, 50.0) : 0.5;
+  for (double &v : err)
+    v = std::isfinite(v) ? std::clamp(v, -2.0, 2.0) : 1.0;
+  auto jitLayer = ActivationLayer::compile(spec, {.method = Method::CpuJit, .dtype = DType::F64});
+  REQUIRE_OK_EXPECTED(jitLayer);
+  std::vector<double> want(3);
+  REQUIRE_OK(jitLayer->constantGradients(z, err, want, batch));
+  auto jit = detail::HostJIT::get();
+  REQUIRE_OK_EXPECTED(jit);
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    CAPTURE(to_string(layout));
+    bool bm = layout == Layout::BatchMajor;
+    std::string name = bm ? "cg_bm" : "cg_nm";
+    auto art = compileLayerAot(name, spec, DType::F64, layout);
+    REQUIRE_OK_EXPECTED(art);
+    std::vector<std::vector<char>> objects = {art->bytes};
+    std::vector<std::string> symbols = {name + "_constant_gradient", name + "_default_params"};
+    auto lib = (*jit)->load(objects, symbols, nullptr);
+    REQUIRE_OK_EXPECTED(lib);
+    using Fn = void (*)(const double *, const double *, double *, int64_t, const double *);
+    auto fn = reinterpret_cast<Fn>((*lib)->address(symbols[0]));
+    auto params = static_cast<const double *>((*lib)->address(symbols[1]));
+    REQUIRE(static_cast<bool>(fn));
+    std::vector<double> zin = bm ? transposed(z, nodes, batch) : z, ein = bm ? transposed(err, nodes, batch) : err;
+    std::vector<double> got(3, -1.0);
+    fn(zin.data(), ein.data(), got.data(), int64_t(batch), params);
+    for (size_t i = 0; i < 3; ++i)
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+  }
+  auto loss = Loss::compile("huber", {{"delta", 0.4}}, {.method = Method::CpuJit, .dtype = DType::F64, .reduction = Reduction::Sum});
+  REQUIRE_OK_EXPECTED(loss);
+  std::vector<double> yt(batch, 0.1), lw(1), yp(z.begin(), z.begin() + batch);
+  REQUIRE_OK(loss->constantGradients(yp, yt, lw));
+  auto art = compileLossAot("cg_loss", "huber", {{"delta", 0.4}}, DType::F64);
+  REQUIRE_OK_EXPECTED(art);
+  std::vector<std::vector<char>> objects = {art->bytes};
+  std::vector<std::string> symbols = {"cg_loss_constant_gradient", "cg_loss_default_params"};
+  auto lib = (*jit)->load(objects, symbols, nullptr);
+  REQUIRE_OK_EXPECTED(lib);
+  using LossFn = double (*)(const double *, const double *, double *, const double *, int64_t, double);
+  auto fn = reinterpret_cast<LossFn>((*lib)->address(symbols[0]));
+  REQUIRE(static_cast<bool>(fn));
+  double g = 0;
+  fn(yp.data(), yt.data(), &g, static_cast<const double *>((*lib)->address(symbols[1])), int64_t(batch), 1.0);
+  CHECK(g == doctest::Approx(lw[0]).epsilon(1e-12));
+}
