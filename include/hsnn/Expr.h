@@ -91,8 +91,9 @@ using Expr = const Node *;
 ///
 /// The builders apply only folds that are exact under IEEE 754 for every
 /// input, including NaN, infinities and signed zeros: constant folding when
-/// the result is finite, x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, and a
-/// canonical operand order for Max/Min (numbers first, then by structure).
+/// the result is finite, x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, x + x ->
+/// 2*x, x**2 -> x*x, and a canonical operand order for Max/Min (numbers
+/// first, then by structure).
 /// They never fold x*0 or x-x.
 class ExprContext {
 public:

@@ -67,6 +67,8 @@ struct Formula {
   /// Column of each constant's first use, for diagnostics.
   std::map<std::string, size_t> firstUse;
   std::string text;
+  /// The activation variable as the text spells it (num, x or z), for printing.
+  std::string variable = "num";
 };
 
 struct ParseOptions {
@@ -117,7 +119,12 @@ Expr differentiate(ExprContext &ctx, Expr e, Variable v, const SimplifyOptions &
 Expr differentiate(ExprContext &ctx, Expr e, Expr wrt, const SimplifyOptions &options = {});
 
 /// SymPy-syntax text that parses back to the same node.
-std::string print(Expr e);
+struct PrintOptions {
+  /// How the activation variable is written: the formula's own spelling
+  /// (Formula::variable: num, x or z) reads back as the user wrote it.
+  std::string_view variable = "num";
+};
+std::string print(Expr e, const PrintOptions &options = {});
 
 /// A named built-in (`gelu`, `huber`, ...).
 struct BuiltinInfo {

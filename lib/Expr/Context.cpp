@@ -179,6 +179,15 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
   case Op::Pow:
     if (b->isNumber(1))
       return a;
+    // u**2 is u*u: both are the correctly rounded square, so one node
+    // (the printer writes it u**2 again).
+    if (op == Op::Pow && b->isNumber(2))
+      return make(Op::Mul, {a, a});
+    break;
+  case Op::Add:
+    // a + a is 2*a exactly, for every a (inf, NaN and -0 included).
+    if (a == b)
+      return make(Op::Mul, {number(2), a});
     break;
   case Op::Sub:
     // x - (+0) is x for every x, -0 included; x + 0 is not (-0 + 0 = +0).

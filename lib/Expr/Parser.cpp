@@ -94,6 +94,8 @@ public:
     Formula f;
     f.mode = opt_.mode;
     f.text = std::string(src_);
+    if (!varSpelling_.empty())
+      f.variable = varSpelling_;
     f.expr = opt_.simplify ? simplify(ctx_, r.e) : r.e;
     if (f.expr->depth() > kMaxDepth)
       fail(0, 0, fmt::format("expression nested deeper than {} levels", kMaxDepth));

@@ -19,7 +19,12 @@ struct TooLong {};
 
 enum Prec { POr = 1, PAnd, PNot, PCompare, PAdd, PMul, PUnary, PPow, PAtom };
 
+// x*x is printed x**2 (the parser builds x*x from it again).
+bool isSquare(Expr e) { return e->op() == Op::Mul && e->arg(0) == e->arg(1); }
+
 int precedence(Expr e) {
+  if (isSquare(e))
+    return PPow;
   switch (e->op()) {
   case Op::Number:
     return std::signbit(e->number()) ? PUnary : PAtom;
@@ -49,6 +54,7 @@ int precedence(Expr e) {
 
 class Printer {
 public:
+  explicit Printer(const PrintOptions &o) : opt_(o) {}
   std::string out;
 
   void print(Expr e, int minPrec = 0) {
@@ -73,7 +79,7 @@ private:
       return;
     }
     case Op::Var:
-      out += variableName(e->variable());
+      out += e->variable() == Variable::Num ? opt_.variable : variableName(e->variable());
       return;
     case Op::Param:
       out += e->paramName();
@@ -114,6 +120,11 @@ private:
     }
     default:
       break;
+    }
+    if (isSquare(e)) {
+      print(e->arg(0), PAtom);
+      out += "**2";
+      return;
     }
     switch (info.syntax) {
     case OpSyntax::Infix: {
@@ -163,12 +174,14 @@ private:
     print(c);
     out += ')';
   }
+
+  const PrintOptions &opt_;
 };
 
 } // namespace
 
-std::string print(Expr e) {
-  Printer p;
+std::string print(Expr e, const PrintOptions &options) {
+  Printer p(options);
   try {
     p.print(e);
   } catch (TooLong &) {

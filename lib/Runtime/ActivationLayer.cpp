@@ -198,10 +198,16 @@ std::span<const uint64_t> ActivationLayer::offsets() const {
 }
 
 std::string ActivationLayer::formula(size_t node) const {
-  return node < numNodes() ? print(state_->model().group(node).formula.expr) : std::string();
+  if (node >= numNodes())
+    return std::string();
+  const detail::FormulaGroup &g = state_->model().group(node);
+  return print(g.formula.expr, {g.formula.variable});
 }
 std::string ActivationLayer::derivative(size_t node) const {
-  return node < numNodes() ? print(state_->model().group(node).derivative) : std::string();
+  if (node >= numNodes())
+    return std::string();
+  const detail::FormulaGroup &g = state_->model().group(node);
+  return print(g.derivative, {g.formula.variable});
 }
 
 } // namespace hsnn

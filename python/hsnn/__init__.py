@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from ._core import __version__, diff, parse, runtime_flags, runtime_info, set_warning_handler, update_runtime_flags
+from ._core import __version__, builtins, diff, parse, runtime_flags, runtime_info, set_warning_handler, update_runtime_flags
 from . import _core
 
 
@@ -105,5 +105,5 @@ def eval(formula, at, y_true=None, constants=None, derivative=False, dtype="floa
     yp, yt = np.full(1, at, dtype=dtype), np.full(1, y_true, dtype=dtype)
     return float(loss.gradient(yp, yt)[0] if derivative else loss.forward(yp, yt))
 
-__all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "eval", "runtime_info", "runtime_flags",
+__all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "eval", "builtins", "runtime_info", "runtime_flags",
            "update_runtime_flags", "set_warning_handler", "compat", "hardware", "__version__"]

@@ -409,7 +409,7 @@ PYBIND11_MODULE(_core, m) {
         ExprContext ctx;
         Formula f = take(parseFormula(ctx, formula, {mode(m)}));
         py::dict d;
-        d["canonical"] = print(f.expr);
+        d["canonical"] = print(f.expr, {f.variable});
         d["constants"] = f.constants;
         d["defaults"] = f.defaults;
         return d;
@@ -418,9 +418,24 @@ PYBIND11_MODULE(_core, m) {
         ExprContext ctx;
         FormulaMode fm = mode(m);
         Formula f = take(parseFormula(ctx, formula, {fm}));
-        return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num));
+        return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num), {f.variable});
       }, py::arg("formula"), py::arg("mode") = "activation", "the simplified derivative (d/dnum, or d/dy_pred)");
 
+  m.def("builtins", [] {
+    py::list out;
+    for (const BuiltinInfo &b : hsnn::builtins()) {
+      py::dict d;
+      d["name"] = std::string(b.name);
+      d["mode"] = b.mode == FormulaMode::Loss ? "loss" : "activation";
+      d["definition"] = std::string(b.definition);
+      py::dict params;
+      for (auto [name, value] : b.params)
+        params[py::str(std::string(name))] = value;
+      d["params"] = params;
+      out.append(d);
+    }
+    return out;
+  }, "the named activations and losses: name, mode, definition, params (defaults)");
   m.def("runtime_info", [] {
     const RuntimeInfo &i = runtimeInfo();
     py::dict d;

@@ -1,4 +1,9 @@
-"""hsnn's printed formulas read back into SymPy as the same function."""
+"""hsnn's printed formulas and derivatives read back into SymPy as the same functions.
+
+Every built-in (activations and losses) and every derivative hsnn prints is
+handed to ``sympy.sympify`` and evaluated at many points; the values must
+agree with hsnn's own (the interpreter, float64) to 1e-9 relative.
+"""
 import math
 
 import pytest
@@ -8,22 +13,59 @@ import hsnn
 sympy = pytest.importorskip("sympy", reason="SymPy (Debian's python3-sympy) is not installed")
 
 FORMULAS = ["Piecewise((1, Eq(x, 0)), (x, True))", "Piecewise((x**2, Ne(x, 1) & (x > 0)), (x, True))",
-            "Mod(x, 3)", "log2(x)", "log10(x)", "cbrt(x)", "Rational(1, 4)*x", "sin(x)*alpha", "relu", "gelu",
-            "softsign", "tanh"]
-POINTS = [0.0, 0.5, 1.0, 2.0, 3.5, 7.0]
+            "Mod(x, 3)", "log2(x)", "log10(x)", "cbrt(x)", "Rational(1, 4)*x", "sin(x)*alpha", "x**3*sin(x)",
+            "exp(-z**2/2)", "log(cosh(x))"]
+POINTS = [-7.5, -3.0, -1.5, -1.0, -0.3, 0.0, 0.2, 0.5, 1.0, 2.0, 3.5, 7.0, 30.0]
+Y_TRUE = [0.0, 0.3, 1.0]
+
+
+def _locals():
+    v = sympy.Symbol("v")
+    return v, {"num": v, "x": v, "z": v, "sigmoid": lambda u: 1 / (1 + sympy.exp(-u)),
+               "softplus": lambda u: sympy.log(1 + sympy.exp(u)), "erfc": sympy.erfc,
+               "log1p": lambda u: sympy.log(1 + u), "expm1": lambda u: sympy.exp(u) - 1}
+
+
+def _agree(got, want, text, at):
+    if not math.isfinite(want):  # SymPy has zoo and nan where IEEE has inf and nan
+        return
+    assert got.imag == 0 and got.real == pytest.approx(want, rel=1e-9, abs=1e-12), (text, at)
+
+
+def _check_activation(formula, constants, derivative):
+    text = hsnn.diff(formula) if derivative else hsnn.parse(formula)["canonical"]
+    v, locals_ = _locals()
+    for name, value in constants.items():
+        locals_[name] = sympy.Float(value)
+    expr = sympy.sympify(text, locals=locals_)
+    for at in POINTS:
+        want = hsnn.eval(formula, at, constants=constants, derivative=derivative)
+        _agree(complex(sympy.N(expr.subs(v, at), 30)), want, text, at)
 
 
 @pytest.mark.parametrize("formula", FORMULAS)
 def test_printed_text_is_sympy(formula):
     constants = {"alpha": 2.0} if "alpha" in formula else {}
-    text = hsnn.parse(formula)["canonical"]
-    num = sympy.Symbol("num")
-    locals_ = {"num": num, "alpha": sympy.Float(2.0), "sigmoid": lambda u: 1 / (1 + sympy.exp(-u)),
-               "softplus": lambda u: sympy.log(1 + sympy.exp(u)), "erfc": sympy.erfc}
-    expr = sympy.sympify(text, locals=locals_)
-    for at in POINTS:
-        want = hsnn.eval(formula, at, constants=constants)
-        got = complex(expr.subs(num, at).evalf())
-        if not math.isfinite(want):  # SymPy has zoo and nan where IEEE has inf and nan
-            continue
-        assert got.imag == 0 and got.real == pytest.approx(want, rel=1e-12, abs=1e-12), (text, at)
+    _check_activation(formula, constants, derivative=False)
+    _check_activation(formula, constants, derivative=True)
+
+
+@pytest.mark.parametrize("builtin", [b for b in hsnn.builtins()], ids=lambda b: b["name"])
+def test_every_builtin_and_derivative_reads_back_in_sympy(builtin):
+    if builtin["mode"] == "activation":
+        _check_activation(builtin["name"], dict(builtin["params"]), derivative=False)
+        _check_activation(builtin["name"], dict(builtin["params"]), derivative=True)
+        return
+    name = builtin["name"]
+    yp_, yt_ = sympy.Symbol("yp"), sympy.Symbol("yt")
+    _, locals_ = _locals()
+    locals_.update({"y_pred": yp_, "y_true": yt_})
+    for pname, value in builtin["params"].items():
+        locals_[pname] = sympy.Float(value)
+    for derivative in (False, True):
+        text = hsnn.diff(name, mode="loss") if derivative else hsnn.parse(name, mode="loss")["canonical"]
+        expr = sympy.sympify(text, locals=locals_)
+        for yt in Y_TRUE:
+            for at in ([0.05, 0.3, 0.7, 0.95] if name == "bce" else POINTS):
+                want = hsnn.eval(name, at, y_true=yt, derivative=derivative)
+                _agree(complex(sympy.N(expr.subs({yp_: at, yt_: yt}), 30)), want, text, (at, yt))

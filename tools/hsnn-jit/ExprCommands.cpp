@@ -200,11 +200,11 @@ int runParse(std::span<const std::string_view> args) {
       cs.push_back(it == f.defaults.end() ? fmt::format("{{\"name\": {}}}", jsonQuote(c))
                                           : fmt::format("{{\"name\": {}, \"default\": {}}}", jsonQuote(c), it->second));
     }
-    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr)),
+    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr, {f.variable})),
                f.mode == FormulaMode::Loss ? "loss" : "activation", fmt::join(cs, ", "));
     return Ok;
   }
-  fmt::print("{}\n", print(f.expr));
+  fmt::print("{}\n", print(f.expr, {f.variable}));
   std::vector<std::string> names;
   for (const std::string &c : f.constants) {
     auto it = f.defaults.find(c);
@@ -227,11 +227,11 @@ int runDiff(std::span<const std::string_view> args) {
   const Formula &f = *parsed;
   Variable v = f.mode == FormulaMode::Loss ? Variable::YPred : Variable::Num;
   auto t1 = Clock::now();
-  std::string derivative = print(differentiate(ctx, f.expr, v));
+  std::string derivative = print(differentiate(ctx, f.expr, v), {f.variable});
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate: {:.3f} ms\n", parseMs, msSince(t1));
   if (o.json)
-    fmt::print("{{\"formula\": {}, \"variable\": \"{}\", \"derivative\": {}}}\n", jsonQuote(print(f.expr)),
+    fmt::print("{{\"formula\": {}, \"variable\": \"{}\", \"derivative\": {}}}\n", jsonQuote(print(f.expr, {f.variable})),
                variableName(v), jsonQuote(derivative));
   else
     fmt::print("{}\n", derivative);
