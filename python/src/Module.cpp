@@ -351,15 +351,24 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyLoss>(m, "Loss", "A loss formula in y_pred and y_true.")
       .def(py::init([](const std::string &formula, const py::object &constants, const std::string &reduction,
-                       const py::object &dtype, const std::string &method) {
+                       const py::object &dtype, const std::string &method, bool tiered) {
              std::map<std::string, double> c;
              if (!constants.is_none())
                c = constants.cast<std::map<std::string, double>>();
              LossOptions o{parseMethodName(method), parseDType(dtype), parseReduction(reduction)};
+             o.tiered = tiered;
              return PyLoss{take(Loss::compile(formula, c, o))};
            }),
            py::arg("formula"), py::arg("constants") = py::none(), py::arg("reduction") = "mean",
-           py::arg("dtype") = "float32", py::arg("method") = "auto")
+           py::arg("dtype") = "float32", py::arg("method") = "auto", py::arg("tiered") = false)
+      .def("wait_for_compile", [](const PyLoss &l) {
+             Error e;
+             {
+               py::gil_scoped_release unlocked;
+               e = l.loss.waitForCompile();
+             }
+             check(e);
+           }, "tiered=True: wait until the JIT's code runs")
       .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
            py::arg("y_pred"), py::arg("y_true"), "the reduced loss")
       .def("forward_elements", [](const PyLoss &l, const py::array &yp, const py::array &yt) {

@@ -155,3 +155,18 @@ def test_type_stubs_cover_the_module():
         body = stub.split(f"class {cls.__name__}")[1].split("\nclass ")[0]
         members = set(re.findall(r"def (\w+)", body))
         assert {n for n in dir(cls) if not n.startswith("_")} <= members
+
+
+def test_tiered_compilation_answers_at_once_and_ends_on_the_jit():
+    if not hsnn.runtime_info()["cpu_jit_enabled"]:
+        pytest.skip("cpu_jit unavailable")
+    layer = hsnn.ActivationLayer(["gelu", ("sin(num)*alpha", {"alpha": 2.0})], method="cpu_jit", tiered=True)
+    z = np.linspace(-3, 3, 2 * 50, dtype=np.float32).reshape(2, 50)
+    first = layer.forward(z)
+    layer.wait_for_compile()
+    assert layer.method == "cpu_jit"
+    np.testing.assert_allclose(layer.forward(z), first, rtol=1e-6, atol=1e-7)
+    loss = hsnn.Loss("mse", tiered=True, method="cpu_jit")
+    value = loss.forward(z[0], z[1])
+    loss.wait_for_compile()
+    assert loss.method == "cpu_jit" and loss.forward(z[0], z[1]) == pytest.approx(value, rel=1e-6)
