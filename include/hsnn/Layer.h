@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -54,6 +55,11 @@ std::string_view to_string(Reduction);
 std::string_view to_string(Method);
 
 /// One node of a layer: a formula (or a built-in name) and its constants.
+/// How far a compile is: `done` of `total` kernels built (cache hits
+/// included). Called from the compiling threads, one call at a time, with
+/// `done` only growing; it must not call back into the object being built.
+using CompileProgress = std::function<void(size_t done, size_t total)>;
+
 struct NodeSpec {
   std::string formula;
   std::map<std::string, double> constants;
@@ -79,6 +85,9 @@ struct LayerOptions {
   /// takes over at the first call after it is ready. method() and
   /// compileInfo() say which tier runs; waitForCompile() waits for the JIT.
   bool tiered = false;
+  /// Told as the JIT's kernels are built (a layer of thousands of distinct
+  /// formulas takes seconds): for a progress bar.
+  CompileProgress progress = nullptr;
 };
 
 struct LossOptions {
@@ -91,6 +100,7 @@ struct LossOptions {
   bool bakeConstants = false;
   int gpuId = 0;
   bool tiered = false; ///< As LayerOptions::tiered.
+  CompileProgress progress = nullptr; ///< As LayerOptions::progress.
 };
 
 /// What compile() did, for inspection and benchmarks (milliseconds).

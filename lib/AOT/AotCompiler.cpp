@@ -182,7 +182,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
 
   // One kernel set per formula (or per formula and constants when baked).
   std::vector<KernelRequest> requests;
-  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.defaultParams, {}};
+  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.defaultParams, {}, {}};
   auto symbol = [&](size_t unit, KernelKind k) { return fmt::format("{}_u{}_{}", name, unit, detail::kindName(k)); };
   for (size_t u = 0; u < model.units.size(); ++u)
     for (KernelKind k : detail::kActivationKinds)

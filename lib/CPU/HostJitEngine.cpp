@@ -12,7 +12,9 @@
 namespace hsnn::detail {
 namespace {
 
-constexpr size_t kMaxChunks = 4, kMinPerChunk = 3;
+// Kernels per object: at least 3, and small layers in at most 4 objects;
+// large ones in objects of 128 kernels (finer progress and load balance).
+constexpr size_t kMinPerChunk = 3, kSmallChunks = 4, kMaxPerChunk = 128;
 // Contiguous elements per activation call: long enough to amortise the
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
@@ -45,7 +47,7 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
 // them loaded, filling the JIT fields of `info`.
 Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
                                                       const CacheConfig &cacheConfig, const std::string &description,
-                                                      CompileInfo &info) {
+                                                      CompileInfo &info, const CompileProgress &progress) {
   auto jit = HostJIT::get();
   if (!jit)
     return jit.error();
@@ -56,8 +58,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   // Kernels compile in a fixed number of independent objects, in parallel.
   // The split depends only on the requests, so cache keys do not change
   // with the thread count.
-  size_t chunks = std::min<size_t>(kMaxChunks, (requests.size() + kMinPerChunk - 1) / kMinPerChunk);
-  size_t per = (requests.size() + chunks - 1) / chunks;
+  size_t per = std::clamp<size_t>((requests.size() + kSmallChunks - 1) / kSmallChunks, kMinPerChunk, kMaxPerChunk);
+  size_t chunks = (requests.size() + per - 1) / per;
   std::optional<ObjectCache> cache = ObjectCache::open(cacheConfig);
   std::vector<std::vector<char>> objects(chunks);
   std::vector<CompileStats> stats(chunks);
@@ -81,7 +83,20 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
       cache->store(CacheCategory::Cpu, key, *object, description);
     objects[c] = std::move(*object);
   };
-  tbb::parallel_for(size_t(0), chunks, [&](size_t c) { build(c, true); });
+  // Progress in kernels, reported one call at a time and only forward.
+  std::mutex progressMutex;
+  size_t kernelsDone = 0;
+  auto report = [&](size_t c) {
+    if (!progress)
+      return;
+    std::lock_guard lock(progressMutex);
+    kernelsDone += std::min(per, requests.size() - c * per);
+    progress(kernelsDone, requests.size());
+  };
+  tbb::parallel_for(size_t(0), chunks, [&](size_t c) {
+    build(c, true);
+    report(c);
+  });
   for (Error &e : errors)
     if (e)
       return std::move(e);
@@ -121,7 +136,7 @@ public:
   Method method() const override { return Method::CpuJit; }
 
   // Builds the kernels of `kinds` for every code unit.
-  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info) {
+  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info, bool progress = false) {
     const CompiledModel &m = model();
     std::vector<KernelRequest> requests;
     std::string prefix = m.isLoss ? "hsnn_loss" : "hsnn_layer";
@@ -129,7 +144,8 @@ public:
       for (size_t u = 0; u < m.units.size(); ++u)
         requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), m.units[u].programs[size_t(kind)], kind,
                             m.options.dtype});
-    auto lib = buildKernels(requests, options_.jit, options_.cache, m.describe("cpu_jit", std::vector<KernelKind>(kinds)), info);
+    auto lib = buildKernels(requests, options_.jit, options_.cache, m.describe("cpu_jit", std::vector<KernelKind>(kinds)), info,
+                            progress ? options_.progress : CompileProgress());
     if (!lib)
       return lib.takeError();
     size_t i = 0;
@@ -316,8 +332,8 @@ Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const 
   auto engine = std::make_shared<HostJitEngine>(std::move(model), options);
   Error e = loss ? engine->build({KernelKind::LossElements, KernelKind::LossSum, KernelKind::LossGradient,
                                   KernelKind::LossFused},
-                                 info)
-                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info);
+                                 info, true)
+                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info, true);
   if (e)
     return e;
   return std::shared_ptr<const Engine>(std::move(engine));

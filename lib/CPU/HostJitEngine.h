@@ -19,6 +19,8 @@ struct HostEngineOptions {
   CacheConfig cache;
   /// What to do when a kernel built after creation (fused) fails.
   LazyFailurePolicy onLazyFailure;
+  /// Told how many of the creation's kernels are built (cache hits count).
+  CompileProgress progress = nullptr;
 };
 
 /// Builds the engine, filling the compile statistics of `info`.

@@ -148,7 +148,8 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
     pending->task = std::async(std::launch::async, [p = pending.get(), model, request, cache] {
                       lowerThisThreadsPriority();
                       CompileInfo tierInfo = p->info;
-                      auto jit = makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cache, jitFailed}, tierInfo);
+                      auto jit = makeHostJitEngine(
+                          model, {{request.optLevel, request.fastMath}, cache, jitFailed, request.progress}, tierInfo);
                       if (jit) {
                         p->engine = std::move(*jit);
                         tierInfo.method = Method::CpuJit;
@@ -180,7 +181,8 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
         return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, info));
       },
       [&] {
-        return keep(makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed}, info));
+        return keep(
+            makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, request.progress}, info));
       });
   if (!used)
     return used.takeError();

@@ -32,8 +32,9 @@ struct EngineRequest {
   bool bakeConstants = false;
   int gpuId = 0;
   bool tiered = false;
+  CompileProgress progress = nullptr;
   template <class Options> static EngineRequest from(const Options &o) {
-    return {o.method, o.dtype, o.threads, o.optLevel, o.fastMath, o.bakeConstants, o.gpuId, o.tiered};
+    return {o.method, o.dtype, o.threads, o.optLevel, o.fastMath, o.bakeConstants, o.gpuId, o.tiered, o.progress};
   }
 };
 

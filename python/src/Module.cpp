@@ -288,14 +288,37 @@ PYBIND11_MODULE(_core, m) {
   py::class_<PyLayer>(m, "ActivationLayer", "One formula per node, run over (nodes, batch) or (batch, nodes) arrays.")
       .def(py::init([](const py::iterable &nodes, const py::object &dtype, const std::string &layout,
                        const std::string &method, unsigned threads, int optLevel, bool fastMath, bool bake, int gpuId,
-                       bool tiered) {
+                       bool tiered, const py::object &progress) {
              LayerOptions o{parseMethodName(method), parseDType(dtype), parseLayout(layout), threads, optLevel, fastMath,
                             bake, gpuId, tiered};
-             return PyLayer{take(ActivationLayer::compile(readNodes(nodes), o))};
+             std::vector<NodeSpec> specs = readNodes(nodes);
+             if (progress.is_none())
+               return PyLayer{take(ActivationLayer::compile(specs, o))};
+             // Compile threads call back into Python: the GIL must be free while compiling.
+             // Its last owner may be a compile thread: drop the reference under the GIL.
+             std::shared_ptr<py::object> callback(new py::object(progress), [](py::object *p) {
+               py::gil_scoped_acquire locked;
+               delete p;
+             });
+             o.progress = [callback](size_t done, size_t total) {
+               py::gil_scoped_acquire locked;
+               try {
+                 (*callback)(done, total);
+               } catch (py::error_already_set &e) {
+                 e.discard_as_unraisable("hsnn progress callback");
+               }
+             };
+             std::optional<Expected<ActivationLayer>> compiled;
+             {
+               py::gil_scoped_release unlocked;
+               compiled.emplace(ActivationLayer::compile(specs, o));
+             }
+             return PyLayer{take(std::move(*compiled))};
            }),
            py::arg("nodes"), py::arg("dtype") = "float32", py::arg("layout") = "nodes_major", py::arg("method") = "auto",
            py::arg("threads") = 0, py::arg("opt_level") = 3, py::arg("fast_math") = false,
-           py::arg("bake_constants") = false, py::arg("gpu_id") = 0, py::arg("tiered") = false)
+           py::arg("bake_constants") = false, py::arg("gpu_id") = 0, py::arg("tiered") = false,
+           py::arg("progress") = py::none())
       .def("wait_for_compile", [](const PyLayer &l) {
              Error e;
              {

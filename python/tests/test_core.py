@@ -170,3 +170,22 @@ def test_tiered_compilation_answers_at_once_and_ends_on_the_jit():
     value = loss.forward(z[0], z[1])
     loss.wait_for_compile()
     assert loss.method == "cpu_jit" and loss.forward(z[0], z[1]) == pytest.approx(value, rel=1e-6)
+
+
+def test_progress_callback_counts_the_kernels():
+    if not hsnn.runtime_info()["cpu_jit_enabled"]:
+        pytest.skip("cpu_jit unavailable")
+    seen = []
+    formulas = [f"sin(num*{k + 1})*alpha" for k in range(40)]
+    old = hsnn.runtime_flags()["use_kernel_cache"]
+    hsnn.update_runtime_flags(use_kernel_cache=False)
+    try:
+        layer = hsnn.ActivationLayer([(f, {"alpha": 1.0}) for f in formulas], method="cpu_jit",
+                                     progress=lambda done, total: seen.append((done, total)))
+    finally:
+        hsnn.update_runtime_flags(use_kernel_cache=old)
+    assert layer.method == "cpu_jit"
+    totals = {t for _, t in seen}
+    assert totals == {80}  # 40 distinct formulas x forward and backward
+    dones = [d for d, _ in seen]
+    assert dones == sorted(dones) and dones[-1] == 80 and len(dones) >= 2

@@ -9,6 +9,8 @@
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
+#include <fmt/format.h>
+#include <mutex>
 #include <random>
 
 using namespace hsnn;
@@ -87,4 +89,32 @@ TEST_CASE("tiered: strict mode and losses") {
   auto second = loss->forward(yp, yt);
   REQUIRE_OK_EXPECTED(second);
   CHECK(*second == doctest::Approx(*first).epsilon(1e-6));
+}
+
+TEST_CASE("the progress callback counts every kernel, in order, tiered or not") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  ScopedRuntimeFlags scope(noCache());
+  std::vector<NodeSpec> nodes;
+  for (int k = 1; k <= 30; ++k)
+    nodes.push_back({fmt::format("tanh(num*{})", k), {}});
+  for (bool tiered : {false, true}) {
+    CAPTURE(tiered);
+    std::mutex m;
+    std::vector<std::pair<size_t, size_t>> seen;
+    auto layer = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .tiered = tiered,
+                                                  .progress = [&](size_t done, size_t total) {
+                                                    std::lock_guard lock(m);
+                                                    seen.emplace_back(done, total);
+                                                  }});
+    REQUIRE_OK_EXPECTED(layer);
+    REQUIRE_OK(layer->waitForCompile());
+    std::lock_guard lock(m);
+    REQUIRE(!seen.empty());
+    CHECK(seen.back() == std::pair<size_t, size_t>(60, 60)); // 30 formulas x forward and backward
+    for (size_t i = 1; i < seen.size(); ++i)
+      CHECK(seen[i].first > seen[i - 1].first);
+  }
 }
