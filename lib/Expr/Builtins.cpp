@@ -112,9 +112,11 @@ std::span<const BuiltinDef> table() {
        // digits on its side of 1/2: 1 - p and p - 1 are exact there, and
        // log1p takes the small rest (1 - p + eps rounded 1 + eps first, so
        // p = 7e-8 gave -0 and the gradient's denominator cancelled near 1).
+       // One log and one log1p per element, their arguments chosen by side.
        Expr eps = c.param("eps"), p = a[0], one = n(c, 1), low = c.make(Op::Lt, {p, n(c, 0.5)});
-       Expr logP = pw(c, c.call(Op::Log, c.add(p, eps)), low, c.call(Op::Log1p, c.add(c.sub(p, one), eps)));
-       Expr log1mP = pw(c, c.call(Op::Log1p, c.sub(eps, p)), low, c.call(Op::Log, c.add(c.sub(one, p), eps)));
+       Expr logs = c.call(Op::Log, pw(c, c.add(p, eps), low, c.add(c.sub(one, p), eps)));
+       Expr log1ps = c.call(Op::Log1p, pw(c, c.sub(eps, p), low, c.add(c.sub(p, one), eps)));
+       Expr logP = pw(c, logs, low, log1ps), log1mP = pw(c, log1ps, low, logs);
        Expr t1 = xlogy(c, a[1], c.add(p, eps), logP);
        Expr t2 = xlogy(c, c.sub(one, a[1]), c.add(p, eps), log1mP);
        return c.neg(c.add(t1, t2));
