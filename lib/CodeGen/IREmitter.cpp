@@ -314,53 +314,72 @@ llvm::Error emitDefaultParams(llvm::Module &m, const std::string &name, const st
 
 namespace {
 
+// The node -> kernel table of one kind, resolved at link time.
+llvm::Expected<GlobalVariable *> kernelTable(Module &m, const std::vector<std::string> &symbols, const std::string &name) {
+  std::vector<Constant *> fns;
+  for (const std::string &sym : symbols) {
+    Function *f = m.getFunction(sym);
+    if (!f)
+      return make_error<StringError>("missing kernel " + sym, inconvertibleErrorCode());
+    fns.push_back(f);
+  }
+  auto *tableTy = ArrayType::get(PointerType::getUnqual(m.getContext()), symbols.size());
+  return new GlobalVariable(m, tableTy, true, GlobalValue::InternalLinkage, ConstantArray::get(tableTy, fns), name);
+}
+
+// The body of an entry point: for n in [begin, end), calls table[n] with the
+// kernel ABI (z, err, out0, out1, params + offsets[n], batch [, nodes]);
+// `arrays(base, offset)` gives the four array arguments for node n, whose
+// elements start at `base` (n*batch nodes-major, n batch-major) and whose
+// constants at `offset`.
+void emitNodeDispatch(Function *fn, GlobalVariable *table, GlobalVariable *offsetTable, const LayerEntryPoints &layer,
+                      Value *batch, Value *params, Value *begin, Value *end,
+                      const std::function<std::array<Value *, 4>(IRBuilder<> &, Value *base, Value *offset)> &arrays) {
+  LLVMContext &ctx = fn->getContext();
+  Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
+  bool strided = layer.layout == Layout::BatchMajor;
+  BasicBlock *entry = BasicBlock::Create(ctx, "entry", fn), *loop = BasicBlock::Create(ctx, "loop", fn),
+             *done = BasicBlock::Create(ctx, "done", fn);
+  IRBuilder<> b(entry);
+  b.CreateCondBr(b.CreateICmpSLT(begin, end), loop, done);
+  b.SetInsertPoint(loop);
+  PHINode *n = b.CreatePHI(i64, 2, "node");
+  n->addIncoming(begin, entry);
+  Value *kernel = b.CreateLoad(ptr, b.CreateInBoundsGEP(table->getValueType(), table, {b.getInt64(0), n}));
+  Value *off = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, offsetTable, n));
+  std::array<Value *, 4> a = arrays(b, strided ? n : b.CreateMul(n, batch), off);
+  std::vector<Value *> args = {a[0], a[1], a[2], a[3], b.CreateGEP(b.getDoubleTy(), params, off), batch};
+  std::vector<Type *> types = {ptr, ptr, ptr, ptr, ptr, i64};
+  if (strided) {
+    args.push_back(b.getInt64(layer.offsets.size()));
+    types.push_back(i64);
+  }
+  b.CreateCall(FunctionType::get(Type::getVoidTy(ctx), types, false), kernel, args);
+  Value *next = b.CreateAdd(n, b.getInt64(1));
+  n->addIncoming(next, loop);
+  b.CreateCondBr(b.CreateICmpEQ(next, end), done, loop);
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+}
+
 // NAME_constant_gradient(z, err, grads, batch, params): node n's kernel sums
 // err * d/dc over its batch into grads[offsets[n] ...] (one call per node).
 llvm::Error emitConstantGradientEntry(Module &m, const LayerEntryPoints &layer, GlobalVariable *offsetTable) {
   LLVMContext &ctx = m.getContext();
   Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
   Type *t = layer.dtype == DType::F32 ? Type::getFloatTy(ctx) : Type::getDoubleTy(ctx);
-  size_t nodes = layer.offsets.size();
-  bool strided = layer.layout == Layout::BatchMajor;
-  std::vector<Constant *> fns;
-  for (const std::string &sym : layer.constantKernel) {
-    Function *f = m.getFunction(sym);
-    if (!f)
-      return make_error<StringError>("missing kernel " + sym, inconvertibleErrorCode());
-    fns.push_back(f);
-  }
-  auto *tableTy = ArrayType::get(ptr, nodes);
-  auto *table = new GlobalVariable(m, tableTy, true, GlobalValue::InternalLinkage, ConstantArray::get(tableTy, fns),
-                                   layer.name + "_constant_gradient_kernels");
+  auto table = kernelTable(m, layer.constantKernel, layer.name + "_constant_gradient_kernels");
+  if (!table)
+    return table.takeError();
   Function *fn = Function::Create(FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, i64, ptr}, false),
                                   Function::ExternalLinkage, layer.name + "_constant_gradient", m);
   fn->setDoesNotThrow();
-  BasicBlock *entry = BasicBlock::Create(ctx, "entry", fn), *loop = BasicBlock::Create(ctx, "loop", fn),
-             *done = BasicBlock::Create(ctx, "done", fn);
-  IRBuilder<> b(entry);
-  Value *batch = fn->getArg(3), *prm = fn->getArg(4);
-  b.CreateCondBr(b.getInt1(nodes > 0), loop, done);
-  b.SetInsertPoint(loop);
-  PHINode *n = b.CreatePHI(i64, 2, "node");
-  n->addIncoming(b.getInt64(0), entry);
-  Value *kernel = b.CreateLoad(ptr, b.CreateInBoundsGEP(tableTy, table, {b.getInt64(0), n}));
-  Value *off = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, offsetTable, n));
-  Value *base = strided ? n : b.CreateMul(n, batch);
-  std::vector<Value *> args = {b.CreateGEP(t, fn->getArg(0), base), b.CreateGEP(t, fn->getArg(1), base),
-                               b.CreateGEP(b.getDoubleTy(), fn->getArg(2), off),
-                               ConstantPointerNull::get(cast<PointerType>(ptr)), b.CreateGEP(b.getDoubleTy(), prm, off),
-                               batch};
-  std::vector<Type *> params = {ptr, ptr, ptr, ptr, ptr, i64};
-  if (strided) {
-    args.push_back(b.getInt64(nodes));
-    params.push_back(i64);
-  }
-  b.CreateCall(FunctionType::get(Type::getVoidTy(ctx), params, false), kernel, args);
-  Value *next = b.CreateAdd(n, b.getInt64(1));
-  n->addIncoming(next, loop);
-  b.CreateCondBr(b.CreateICmpEQ(next, b.getInt64(nodes)), done, loop);
-  b.SetInsertPoint(done);
-  b.CreateRetVoid();
+  Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
+  emitNodeDispatch(fn, *table, offsetTable, layer, fn->getArg(3), fn->getArg(4), ConstantInt::get(i64, 0),
+                   ConstantInt::get(i64, layer.offsets.size()), [&](IRBuilder<> &b, Value *base, Value *off) {
+                     return std::array<Value *, 4>{b.CreateGEP(t, fn->getArg(0), base), b.CreateGEP(t, fn->getArg(1), base),
+                                                   b.CreateGEP(b.getDoubleTy(), fn->getArg(2), off), null};
+                   });
   return llvm::Error::success();
 }
 
@@ -375,21 +394,12 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
     return e;
   std::vector<uint64_t> offsets = layer.offsets;
   GlobalVariable *offsetTable = constantArray(m, layer.name + "_param_offsets", ConstantDataArray::get(ctx, offsets));
-  bool strided = layer.layout == Layout::BatchMajor;
 
   static const char *kinds[3] = {"forward", "backward", "fused"};
   for (int k = 0; k < 3; ++k) {
-    // The node -> kernel table, resolved at link time.
-    std::vector<Constant *> fns;
-    for (const std::string &sym : layer.nodeKernel[k]) {
-      Function *f = m.getFunction(sym);
-      if (!f)
-        return make_error<StringError>("missing kernel " + sym, inconvertibleErrorCode());
-      fns.push_back(f);
-    }
-    auto *tableTy = ArrayType::get(ptr, nodes);
-    auto *table = new GlobalVariable(m, tableTy, true, GlobalValue::InternalLinkage, ConstantArray::get(tableTy, fns),
-                                     layer.name + "_" + kinds[k] + "_kernels");
+    auto table = kernelTable(m, layer.nodeKernel[k], layer.name + "_" + kinds[k] + "_kernels");
+    if (!table)
+      return table.takeError();
 
     // NAME_KIND_range(a0, a1, a2, batch, params, begin, end): forward (z, a),
     // backward (z, err, delta), fused (z, a, dfdz); forward has no a2.
@@ -399,33 +409,14 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
     auto *rangeTy = FunctionType::get(Type::getVoidTy(ctx), params, false);
     Function *range = Function::Create(rangeTy, Function::ExternalLinkage, layer.name + "_" + kinds[k] + "_range", m);
     range->setDoesNotThrow();
-    BasicBlock *entry = BasicBlock::Create(ctx, "entry", range), *loop = BasicBlock::Create(ctx, "loop", range),
-               *done = BasicBlock::Create(ctx, "done", range);
-    IRBuilder<> b(entry);
-    Value *batch = range->getArg(arrays), *prm = range->getArg(arrays + 1), *begin = range->getArg(arrays + 2),
-          *end = range->getArg(arrays + 3);
-    b.CreateCondBr(b.CreateICmpSLT(begin, end), loop, done);
-    b.SetInsertPoint(loop);
-    PHINode *n = b.CreatePHI(i64, 2, "node");
-    n->addIncoming(begin, entry);
-    Value *fnPtr = b.CreateLoad(ptr, b.CreateInBoundsGEP(tableTy, table, {b.getInt64(0), n}));
-    Value *off = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, offsetTable, n));
-    Value *base = strided ? n : b.CreateMul(n, batch);
-    auto arr = [&](unsigned i) { return b.CreateGEP(t, range->getArg(i), base); };
     Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
-    Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1), *o1 = k == 2 ? arr(2) : null;
-    std::vector<Value *> args = {z, err, o0, o1, b.CreateGEP(b.getDoubleTy(), prm, off), batch};
-    std::vector<Type *> kernelParams = {ptr, ptr, ptr, ptr, ptr, i64};
-    if (strided) {
-      args.push_back(b.getInt64(nodes));
-      kernelParams.push_back(i64);
-    }
-    b.CreateCall(FunctionType::get(Type::getVoidTy(ctx), kernelParams, false), fnPtr, args);
-    Value *next = b.CreateAdd(n, b.getInt64(1));
-    n->addIncoming(next, loop);
-    b.CreateCondBr(b.CreateICmpEQ(next, end), done, loop);
-    b.SetInsertPoint(done);
-    b.CreateRetVoid();
+    emitNodeDispatch(range, *table, offsetTable, layer, range->getArg(arrays), range->getArg(arrays + 1),
+                     range->getArg(arrays + 2), range->getArg(arrays + 3), [&](IRBuilder<> &b, Value *base, Value *) {
+                       auto arr = [&](unsigned i) { return b.CreateGEP(t, range->getArg(i), base); };
+                       Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1),
+                             *o1 = k == 2 ? arr(2) : null;
+                       return std::array<Value *, 4>{z, err, o0, o1};
+                     });
 
     // NAME_KIND(a0, a1, a2, batch, params): every node.
     std::vector<Type *> wholeParams(arrays, ptr);
