@@ -105,6 +105,8 @@ private:
     case Op::Sub:
       if (isOne(b) && expArg(a)) // exp(u) - 1 -> expm1(u)
         return ctx_.call(Op::Expm1, expArg(a));
+      if (isOne(a) && b->op() == Op::Erf) // 1 - erf(u) -> erfc(u)
+        return ctx_.call(Op::Erfc, b->arg(0));
       // 1 - tanh(u)**2 -> sech(u)**2, without the cancellation
       if (isOne(a) && b->op() == Op::Mul && b->arg(0) == b->arg(1) && b->arg(0)->op() == Op::Tanh)
         return detail::sech2(ctx_, b->arg(0)->arg(0));
@@ -123,6 +125,10 @@ private:
     case Op::Add:
       if (b->isNumber(-1) && expArg(a)) // exp(u) + -1 -> expm1(u)
         return ctx_.call(Op::Expm1, expArg(a));
+      // 1 + erf(u) -> erfc(-u): gelu written out cancels for u << 0 (true
+      // values below 1e-8 came out as 0); erfc keeps them.
+      if (Expr v = onePlus(e); v && v->op() == Op::Erf)
+        return ctx_.call(Op::Erfc, ctx_.neg(v->arg(0)));
       if (opt_.fast && b->isNumber(0))
         return a;
       if (opt_.fast && a->isNumber(0))

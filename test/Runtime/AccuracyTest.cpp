@@ -67,6 +67,9 @@ const Row kRows[] = {
     {"log(1/(1 + exp(-x)))", DType::F32, -89, true, 1.0},
     {"log(1/(1 + exp(-x)))", DType::F64, -kInf, true, 1.0},
     {"1 - tanh(x)**2", DType::F32, 46, false, 4.4357542368816354e-40},
+    // (gelu at -10 is ill-conditioned: condition number ~x**2 = 100; before the rule it was -0.)
+    {"0.5*x*(1 + erf(x/sqrt(2)))", DType::F64, -10, false, -7.619853024160526e-23, 128},
+    {"1 - erf(x)", DType::F32, 5, false, 1.5374598295869735e-12},
     // NaN in, NaN out: derivatives too.
     {"relu", DType::F32, kNaN, true, kNaN},
     {"leaky_relu", DType::F32, kNaN, true, kNaN},
