@@ -14,6 +14,8 @@
 #endif
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
 #include <cmath>
 #include <fmt/format.h>
 #include <future>
@@ -111,6 +113,38 @@ static void lowerThisThreadsPriority() {
 #endif
 }
 
+// Background compiles still running. exit() waits for them (an atexit
+// handler registered at the first one, so it runs before the static
+// destructors of LLVM and TBB it would otherwise race with).
+struct BackgroundCompiles {
+  std::mutex mutex;
+  std::condition_variable idle;
+  size_t running = 0;
+  bool atExitRegistered = false;
+};
+static BackgroundCompiles &backgroundCompiles() {
+  static auto *b = new BackgroundCompiles; // never destroyed: used at exit
+  return *b;
+}
+static void waitForBackgroundCompiles() {
+  BackgroundCompiles &b = backgroundCompiles();
+  std::unique_lock lock(b.mutex);
+  b.idle.wait(lock, [&] { return b.running == 0; });
+}
+static void backgroundCompileStarts() {
+  BackgroundCompiles &b = backgroundCompiles();
+  std::lock_guard lock(b.mutex);
+  if (!b.atExitRegistered)
+    b.atExitRegistered = std::atexit(waitForBackgroundCompiles) == 0;
+  ++b.running;
+}
+static void backgroundCompileEnds() {
+  BackgroundCompiles &b = backgroundCompiles();
+  std::lock_guard lock(b.mutex);
+  --b.running;
+  b.idle.notify_all();
+}
+
 // The JIT's engine compiling on a background thread (tiered compilation).
 // Written by the task before `ready` is set; read after it is seen set.
 struct LayerState::PendingTier {
@@ -145,6 +179,7 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
     auto pending = std::make_shared<PendingTier>();
     pending->info = info;
     CacheConfig cache = cacheConfig();
+    backgroundCompileStarts();
     pending->task = std::async(std::launch::async, [p = pending.get(), model, request, cache] {
                       lowerThisThreadsPriority();
                       CompileInfo tierInfo = p->info;
@@ -159,6 +194,7 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
                       }
                       p->info = tierInfo;
                       p->ready.store(true, std::memory_order_release);
+                      backgroundCompileEnds();
                     }).share();
     s->pending_ = std::move(pending);
     info.method = Method::CpuInterp;

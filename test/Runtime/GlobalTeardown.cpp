@@ -51,6 +51,18 @@ int main() {
     if (Error e = gGpuLayer->forward(z, a, 8))
       return std::fprintf(stderr, "%s\n", e.message().c_str()), 1;
   }
+  // A tiered layer leaked while its JIT still compiles (cache off, so it
+  // really compiles): exit must wait for the background compile.
+  if (runtimeInfo().cpuJitEnabled) {
+    ScopedRuntimeFlags noCache({.useKernelCache = false});
+    std::vector<NodeSpec> many;
+    for (int k = 1; k <= 40; ++k)
+      many.push_back({"tanh(num*" + std::to_string(k) + ")*sin(num)", {}});
+    auto tiered = ActivationLayer::compile(many, {.method = Method::CpuJit, .tiered = true});
+    if (!tiered)
+      return std::fprintf(stderr, "%s\n", tiered.error().message().c_str()), 1;
+    new ActivationLayer(std::move(*tiered)); // never destroyed
+  }
   std::printf("teardown: ready (cuda %s)\n", runtimeInfo().gpuEnabled ? "on" : "off");
   return 0;
 }
