@@ -19,6 +19,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <future>
+#include <system_error>
 #include <limits>
 
 namespace hsnn::detail {
@@ -179,8 +180,7 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
     auto pending = std::make_shared<PendingTier>();
     pending->info = info;
     CacheConfig cache = cacheConfig();
-    backgroundCompileStarts();
-    pending->task = std::async(std::launch::async, [p = pending.get(), model, request, cache] {
+    auto compile = [p = pending.get(), model, request, cache] {
                       lowerThisThreadsPriority();
                       CompileInfo tierInfo = p->info;
                       auto jit = makeHostJitEngine(
@@ -195,7 +195,15 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
                       p->info = tierInfo;
                       p->ready.store(true, std::memory_order_release);
                       backgroundCompileEnds();
-                    }).share();
+                    };
+    backgroundCompileStarts();
+    try {
+      pending->task = std::async(std::launch::async, compile).share(); // a copy: `compile` stays usable below
+    } catch (const std::system_error &) {
+      // No thread to be had: compile here, as an untiered compile() would.
+      compile();
+      pending->task = std::async(std::launch::deferred, [] {}).share();
+    }
     s->pending_ = std::move(pending);
     info.method = Method::CpuInterp;
     engine = makeInterpreterEngine(model);
