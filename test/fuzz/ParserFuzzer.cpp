@@ -9,8 +9,28 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <vector>
 
 using namespace hsnn;
+
+namespace {
+bool usesVariable(Expr root, Variable v) {
+  std::vector<Expr> stack = {root};
+  std::set<Expr> seen;
+  while (!stack.empty()) {
+    Expr e = stack.back();
+    stack.pop_back();
+    if (!seen.insert(e).second)
+      continue;
+    if (e->op() == Op::Var && e->variable() == v)
+      return true;
+    for (Expr a : e->args())
+      stack.push_back(a);
+  }
+  return false;
+}
+} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string_view text(reinterpret_cast<const char *>(data), size);
@@ -28,7 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     // round trip is checked for the texts the parser takes.
     if (printed.size() <= kMaxFormulaLength) {
       auto again = parseFormulaDetailed(ctx, printed, {mode, -1, false});
-      if (!std::holds_alternative<Formula>(again) || std::get<Formula>(again).expr != f.expr)
+      // A loss whose y_pred terms cancel ((p + q) - q -> p) prints without
+      // y_pred, which the parser refuses for a loss: that is the one allowed miss.
+      bool lostYPred = mode == FormulaMode::Loss && !usesVariable(f.expr, Variable::YPred);
+      if (!lostYPred && (!std::holds_alternative<Formula>(again) || std::get<Formula>(again).expr != f.expr))
         std::abort(); // the printer and parser disagree
     }
 
