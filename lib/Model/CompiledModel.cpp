@@ -213,6 +213,10 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
   FormulaGroup &g = m->groups.front();
   g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::YPred);
   lowerGroup(*m->ctx, g, kLossKinds);
+  if (!readsVariable(g.programs[size_t(KernelKind::LossElements)], Variable::YPred))
+    warnings.push_back(fmt::format("warning: loss '{}' does not depend on y_pred once simplified (its terms in y_pred "
+                                   "cancel); its gradient is 0",
+                                   g.formula.text));
   m->planUnits();
   m->diffMs = msSince(t1);
   return std::shared_ptr<const CompiledModel>(std::move(m));

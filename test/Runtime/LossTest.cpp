@@ -1,5 +1,6 @@
 //===- test/Runtime/LossTest.cpp - Losses and their reductions ------------===//
 #include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
 
 #include <cmath>
 #include "TestUtil.h"
@@ -121,4 +122,15 @@ TEST_CASE("built-in constants outside their domain are errors at compile time an
   REQUIRE(layer); // a user constant has no domain
   auto eps = Loss::compile("bce", {{"eps", 0}});
   CHECK(eps.has_value()); // bce's eps may be 0 (>= 0)
+}
+
+TEST_CASE("a loss whose y_pred terms cancel warns that its gradient is 0") {
+  std::vector<std::string> seen;
+  WarningHandler old = setWarningHandler([&](std::string_view w) { seen.emplace_back(w); });
+  auto loss = Loss::compile("(y_true + y_pred) - y_pred", {}, {.method = Method::CpuInterp});
+  setWarningHandler(old);
+  REQUIRE(loss);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == "warning: loss '(y_true + y_pred) - y_pred' does not depend on y_pred once simplified (its terms "
+                   "in y_pred cancel); its gradient is 0");
 }
