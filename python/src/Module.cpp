@@ -157,6 +157,17 @@ py::dict compileInfoDict(const CompileInfo &i) {
   return d;
 }
 
+// tiered=True: blocks (without the GIL) until the JIT's code runs.
+constexpr const char *kWaitDoc = "tiered=True: wait until the JIT's code runs";
+template <class T> void waitForCompile(const T &code) {
+  Error e;
+  {
+    py::gil_scoped_release unlocked;
+    e = code.waitForCompile();
+  }
+  check(e);
+}
+
 // A layer over (nodes, batch) or (batch, nodes) arrays.
 struct PyLayer {
   ActivationLayer layer;
@@ -319,14 +330,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("threads") = 0, py::arg("opt_level") = 3, py::arg("fast_math") = false,
            py::arg("bake_constants") = false, py::arg("gpu_id") = 0, py::arg("tiered") = false,
            py::arg("progress") = py::none())
-      .def("wait_for_compile", [](const PyLayer &l) {
-             Error e;
-             {
-               py::gil_scoped_release unlocked;
-               e = l.layer.waitForCompile();
-             }
-             check(e);
-           }, "tiered=True: wait until the JIT's code runs")
+      .def("wait_for_compile", [](const PyLayer &l) { waitForCompile(l.layer); }, kWaitDoc)
       .def("forward", &PyLayer::forward, py::arg("z"), py::arg("out") = py::none(), "a = f(z)")
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")
@@ -384,14 +388,7 @@ PYBIND11_MODULE(_core, m) {
            }),
            py::arg("formula"), py::arg("constants") = py::none(), py::arg("reduction") = "mean",
            py::arg("dtype") = "float32", py::arg("method") = "auto", py::arg("tiered") = false)
-      .def("wait_for_compile", [](const PyLoss &l) {
-             Error e;
-             {
-               py::gil_scoped_release unlocked;
-               e = l.loss.waitForCompile();
-             }
-             check(e);
-           }, "tiered=True: wait until the JIT's code runs")
+      .def("wait_for_compile", [](const PyLoss &l) { waitForCompile(l.loss); }, kWaitDoc)
       .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
            py::arg("y_pred"), py::arg("y_true"), "the reduced loss")
       .def("forward_elements", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
