@@ -49,13 +49,13 @@ expect diff-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "d
 expect eval-json 0 '{"value": 0.84134474606854293, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
-expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
+expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
 expect bench-bad-device 2 $'hsnn-jit bench: error: --device takes cpu, cuda or cuda:N\nTry \'hsnn-jit bench --help\'.' -- bench --device gpu0
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-no-gpu 1 "hsnn-jit bench: error: backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)" -- bench --device cuda:1 --workload W4
 expect bench-reps-huge 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'1e12\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 1e12
 expect bench-reps-junk 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'5x\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 5x
 expect bench-method 2 $'hsnn-jit bench: error: --method takes auto, cpu_jit, cpu_interp or cuda (or the seed\'s CPU_JIT, CPU_PYTHON, GPU_CUDA)\nTry \'hsnn-jit bench --help\'.' -- bench --method jitt
-expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, compile or all", "exit_code": 2}}' -- bench --workload W9 --json
+expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, math, compile or all", "exit_code": 2}}' -- bench --workload W9 --json
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-json-error 1 "{\"error\": {\"command\": \"bench\", \"message\": \"backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)\", \"exit_code\": 1}}" -- bench --device cuda:1 --workload W4 --json
 expect cache-json-usage 2 "{\"error\": {\"command\": \"cache\", \"message\": \"unknown action 'frob'\", \"exit_code\": 2}}" -- cache frob --json
 long=$(printf "x+%.0s" $(seq 200))tanhh\(x\)$(printf "+x%.0s" $(seq 200))

@@ -34,7 +34,7 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kBenchHelp =
-    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|compile|all] [--dtype f32|f64|both]
+    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|math|compile|all] [--dtype f32|f64|both]
                       [--method auto|cpu_jit|cpu_interp|cuda] [--device cpu|cuda|cuda:N]
                       [--threads N] [--reps N] [--json]
 
@@ -46,6 +46,8 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   W2  the same layer backward (delta = err * f'(z)) and fused
   W3  gelu alone, forward and backward
   W4  losses mse, huber, bce: mean forward, gradient, fused
+  math  one math function per row (exp, log, log1p, tanh, sin, erf, erfc,
+      sigmoid) over 2^24 elements: the vector math's throughput
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
       process (process start-up reported apart), and the interpreter on W1
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
@@ -93,6 +95,9 @@ public:
         return e;
     if (w == "all" || w == "W4")
       if (auto e = lossWorkloads())
+        return e;
+    if (w == "all" || w == "math")
+      if (auto e = mathWorkloads())
         return e;
     return std::nullopt;
   }
@@ -168,6 +173,24 @@ private:
     ensureStreams();
     std::vector<T> z = randomArray<T>(kElements, -4, 4, 3), err = randomArray<T>(kElements, -1, 1, 4);
     return activation({{"gelu", {}}}, Layout::NodesMajor, kElements, z, err, "W3", "W3", "", "gelu ");
+  }
+
+  // One math function per row (a one-node layer f(num) over 2^24
+  // elements): the vector math's throughput, next to the copy reference.
+  std::optional<Error> mathWorkloads() {
+    ensureStreams();
+    std::vector<T> err;
+    for (const char *f : {"exp", "log", "log1p", "tanh", "sin", "erf", "erfc", "sigmoid"}) {
+      // In each function's domain: libmvec sends NaN-producing lanes down a
+      // scalar slow path (log1p over [-4, 4] measured 20x slower).
+      std::string_view name(f);
+      double lo = name == "log" ? 0.01 : name == "log1p" ? -0.9 : -4;
+      std::vector<T> z = randomArray<T>(kElements, lo, 4, 5);
+      if (auto e = activation({{std::string(f) + "(num)", {}}}, Layout::NodesMajor, kElements, z, err, "math", "", "",
+                              std::string(f) + " "))
+        return e;
+    }
+    return std::nullopt;
   }
 
   // Checks and times forward (`fwdName` non-empty) and backward + fused
@@ -386,8 +409,8 @@ int runBench(std::span<const std::string_view> args) {
       o.json = true;
     } else if (a == "--workload") {
       auto v = value();
-      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "compile" && *v != "all"))
-        return usage("--workload takes W1, W2, W3, W4, compile or all");
+      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "math" && *v != "compile" && *v != "all"))
+        return usage("--workload takes W1, W2, W3, W4, math, compile or all");
       o.workload = std::string(*v);
     } else if (a == "--dtype") {
       auto v = value();
