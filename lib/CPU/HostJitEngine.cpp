@@ -140,20 +140,37 @@ public:
     const CompiledModel &m = model();
     std::vector<KernelRequest> requests;
     std::string prefix = m.isLoss ? "hsnn_loss" : "hsnn_layer";
-    for (KernelKind kind : kinds)
-      for (size_t u = 0; u < m.units.size(); ++u)
-        requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), m.units[u].programs[size_t(kind)], kind,
-                            m.options.dtype});
+    // Per kind and unit, its request's index; none for a unit with no
+    // constants in a constant-gradient kind (there is nothing to sum).
+    constexpr size_t kNone = size_t(-1);
+    std::vector<std::vector<size_t>> requestOf;
+    for (KernelKind kind : kinds) {
+      std::vector<size_t> &index = requestOf.emplace_back(m.units.size(), kNone);
+      for (size_t u = 0; u < m.units.size(); ++u) {
+        const Program *p = m.units[u].programs[size_t(kind)];
+        if (kindInfo(kind).constants && p->outputs.empty())
+          continue;
+        index[u] = requests.size();
+        requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), p, kind, m.options.dtype});
+      }
+    }
+    if (requests.empty()) { // constant gradients of a model without constants
+      for (KernelKind kind : kinds)
+        nodeKernel_[size_t(kind)].assign(m.numNodes(), nullptr);
+      return Error::success();
+    }
     auto lib = buildKernels(requests, options_.jit, options_.cache, m.describe("cpu_jit", std::vector<KernelKind>(kinds)), info,
                             progress ? options_.progress : CompileProgress());
     if (!lib)
       return lib.takeError();
-    size_t i = 0;
+    size_t k = 0;
     for (KernelKind kind : kinds) {
       std::vector<void *> &fns = nodeKernel_[size_t(kind)];
-      for (size_t n = 0; n < m.numNodes(); ++n)
-        fns.push_back((*lib)->address(requests[i + m.unitOf[n]].symbol));
-      i += m.units.size();
+      for (size_t n = 0; n < m.numNodes(); ++n) {
+        size_t r = requestOf[k][m.unitOf[n]];
+        fns.push_back(r == kNone ? nullptr : (*lib)->address(requests[r].symbol));
+      }
+      ++k;
     }
     libraries_.push_back(std::move(*lib));
     return Error::success();

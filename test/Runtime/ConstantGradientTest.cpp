@@ -179,3 +179,16 @@ TEST_CASE("compiled constant gradients agree with the interpreter's, over severa
   REQUIRE_OK(lossInterp->constantGradients(yp, yt, b));
   CHECK(a[0] == doctest::Approx(b[0]).epsilon(1e-12));
 }
+
+TEST_CASE("layers and losses without constants have empty constant gradients on every engine") {
+  for (Method m : cpuMethods()) {
+    CAPTURE(to_string(m));
+    auto layer = ActivationLayer::compile({{"relu", {}}, {"tanh", {}}}, {.method = m, .dtype = DType::F64});
+    REQUIRE_OK_EXPECTED(layer);
+    std::vector<double> z(10, 0.5), none;
+    REQUIRE_OK(layer->constantGradients(z, z, none, 5));
+    auto loss = Loss::compile("mse", {}, {.method = m, .dtype = DType::F64});
+    REQUIRE_OK_EXPECTED(loss);
+    REQUIRE_OK(loss->constantGradients(z, z, none));
+  }
+}
