@@ -178,9 +178,9 @@ public:
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
     if (kindInfo(kind).constants) {
-      if (Error e = ensureConstantKernels())
+      if (Error e = ensure(constants_, kind))
         return e;
-      if (!constantsCompiled_)
+      if (!constants_.compiled)
         return interpreter_->runActivation(kind, a, params);
       if (model().options.dtype == DType::F32)
         runConstantGradient<float>(a, params);
@@ -189,9 +189,9 @@ public:
       return Error::success();
     }
     if (kind == KernelKind::Fused) {
-      if (Error e = ensureFused())
+      if (Error e = ensure(fused_, kind))
         return e;
-      if (!fusedCompiled_)
+      if (!fused_.compiled)
         return interpreter_->runActivation(kind, a, params);
     }
     if (model().options.dtype == DType::F32)
@@ -203,9 +203,9 @@ public:
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
     if (kindInfo(kind).constants) {
-      if (Error e = ensureConstantKernels())
+      if (Error e = ensure(constants_, kind))
         return e;
-      if (!constantsCompiled_)
+      if (!constants_.compiled)
         return interpreter_->runLoss(kind, a, params);
       if (model().options.dtype == DType::F32)
         runLossConstantGradient<float>(a, params);
@@ -219,31 +219,24 @@ public:
   }
 
 private:
-  // The fused kernels, built once on first use; a failure follows the
-  // fallback policy (interpreter with a warning, or an error when strict).
-  Error ensureFused() const {
-    std::call_once(fusedOnce_, [this] {
+  // Kernels built at their first use (fused, constant gradients): once,
+  // and a failure follows the fallback policy (interpreter with a warning,
+  // or an error when strict).
+  struct LazyKind {
+    std::once_flag once;
+    Error error;
+    bool compiled = false;
+  };
+  Error ensure(LazyKind &lazy, KernelKind kind) const {
+    std::call_once(lazy.once, [&] {
       auto *self = const_cast<HostJitEngine *>(this);
-      CompileInfo lazy;
-      if (Error e = self->build({KernelKind::Fused}, lazy))
-        fusedError_ = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
+      CompileInfo info;
+      if (Error e = self->build({kind}, info))
+        lazy.error = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
       else
-        fusedCompiled_ = true;
+        lazy.compiled = true;
     });
-    return fusedError_;
-  }
-
-  // The constant-gradient kernels, built at first use like the fused ones.
-  Error ensureConstantKernels() const {
-    std::call_once(constantsOnce_, [this] {
-      auto *self = const_cast<HostJitEngine *>(this);
-      CompileInfo lazy;
-      if (Error e = self->build({constantGradientKind(model().isLoss)}, lazy))
-        constantsError_ = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
-      else
-        constantsCompiled_ = true;
-    });
-    return constantsError_;
+    return lazy.error;
   }
 
   // Per node, the batch in fixed chunks (gathered when batch-major), each
@@ -336,9 +329,7 @@ private:
   std::shared_ptr<const Engine> interpreter_; // runs kinds the JIT could not build
   std::vector<std::shared_ptr<KernelLibrary>> libraries_;
   std::vector<void *> nodeKernel_[kNumKernelKinds]; // per kind, per node
-  mutable std::once_flag fusedOnce_, constantsOnce_;
-  mutable Error fusedError_, constantsError_;
-  mutable bool fusedCompiled_ = false, constantsCompiled_ = false;
+  mutable LazyKind fused_, constants_;
 };
 
 } // namespace
