@@ -71,11 +71,19 @@ public:
   bool isBool() const { return opInfo(op_).isBool; }
   bool isNumber() const { return op_ == Op::Number; }
   bool isNumber(double v) const { return op_ == Op::Number && number_ == v; }
+  /// No variable and no constant below: a number or an exact constant
+  /// such as pi or sqrt(2), folded when kernels are generated.
+  bool isConstant() const { return flags_ & kConstant; }
+  /// Finite and bounded for every finite input (sin(x), tanh(x)*cos(x)):
+  /// what lets the simplifier cancel such terms without hiding a NaN.
+  bool isBounded() const { return flags_ & kBounded; }
 
 private:
   friend class ExprContext;
+  static constexpr uint8_t kConstant = 1, kBounded = 2;
   Op op_ = Op::Number;
   Variable variable_ = Variable::Num;
+  uint8_t flags_ = 0;
   uint32_t depth_ = 1;
   uint64_t hash_ = 0;
   double number_ = 0;

@@ -50,6 +50,62 @@ bool sameNode(const Node &a, const Node &b) {
     return true;
   }
 }
+// A finite input, or a value that cannot be inf/NaN when inputs are finite.
+bool finiteForFinite(const Node *e) {
+  return e->isBounded() || e->op() == Op::Var || e->op() == Op::Param ||
+         ((e->op() == Op::Neg || e->op() == Op::Abs) && finiteForFinite(e->arg(0)));
+}
+
+uint8_t flagsOf(const Node &n) {
+  constexpr uint8_t kConstant = 1, kBounded = 2;
+  switch (n.op()) {
+  case Op::Number:
+    // Large numbers would let a product of bounded terms overflow.
+    return kConstant | (std::fabs(n.number()) <= 0x1p64 ? kBounded : 0);
+  case Op::True:
+  case Op::False:
+    return kConstant;
+  case Op::Var:
+  case Op::Param:
+    return 0;
+  default:
+    break;
+  }
+  bool constant = true, bounded = true;
+  for (size_t i = 0; i < n.numArgs(); ++i) {
+    const Node *a = n.arg(i);
+    constant &= a->isConstant();
+    // Piecewise conditions only choose; Max/Min of bounded values is bounded.
+    bool isCondition = n.op() == Op::Piecewise && i % 2 == 1;
+    bounded &= isCondition || a->isBounded();
+  }
+  switch (n.op()) {
+  case Op::Sin:
+  case Op::Cos:
+  case Op::Tanh:
+  case Op::Sigmoid:
+  case Op::Erf:
+  case Op::Erfc:
+  case Op::Atan:
+  case Op::Sign:
+  case Op::Heaviside:
+    // Bounded functions: bounded wherever the argument is not inf or NaN.
+    bounded = finiteForFinite(n.arg(0));
+    break;
+  case Op::Add:
+  case Op::Sub:
+  case Op::Mul:
+  case Op::Neg:
+  case Op::Abs:
+  case Op::Max:
+  case Op::Min:
+  case Op::Piecewise:
+    break;
+  default:
+    bounded = false;
+  }
+  return uint8_t((constant ? kConstant : 0) | (bounded ? kBounded : 0));
+}
 } // namespace
 
 std::string_view variableName(Variable v) {
@@ -99,6 +155,7 @@ Expr ExprContext::intern(Node &&n) {
   }
   n.hash_ = h;
   n.depth_ = depth + 1;
+  n.flags_ = flagsOf(n);
 
   std::lock_guard lock(impl_->mutex);
   auto [lo, hi] = impl_->table.equal_range(h);

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "hsnn/Formula.h"
 
+#include "Collect.h"
 #include "StableForms.h"
 
 #include <unordered_map>
@@ -150,7 +151,10 @@ private:
     default:
       break;
     }
-    return e;
+    // No rule: the canonical form of a sum or product (Collect.h).
+    if (Expr c = detail::collectSum(ctx_, e, opt_.fast); c != e)
+      return c;
+    return detail::collectProduct(ctx_, e, opt_.fast);
   }
 
   ExprContext &ctx_;

@@ -18,11 +18,11 @@ expect() {
   fi
 }
 
-expect parse 0 $'sin(num)*alpha\nmode: activation\nconstants: alpha' -- parse 'sin(num)*alpha'
-expect parse-default 0 $'Piecewise((0.5*(y_pred - y_true)**2, Abs(y_pred - y_true) <= delta), (delta*(Abs(y_pred - y_true) - 0.5*delta), True))\nmode: loss\nconstants: delta (default 1)' -- parse huber
+expect parse 0 $'alpha*sin(num)\nmode: activation\nconstants: alpha' -- parse 'sin(num)*alpha'
+expect parse-default 0 $'Piecewise(((y_pred - y_true)**2/2, Abs(y_pred - y_true) <= delta), (delta*(Abs(y_pred - y_true) - delta/2), True))\nmode: loss\nconstants: delta (default 1)' -- parse huber
 expect parse-stable 0 $'softplus(x)\nmode: activation\nconstants: none' -- parse 'log(1 + exp(x))'
 expect parse-neg 0 $'-x**2\nmode: activation\nconstants: none' -- parse '-x**2'
-expect diff 0 'cos(num)*alpha' -- diff 'sin(num)*alpha'
+expect diff 0 'alpha*cos(num)' -- diff 'sin(num)*alpha'
 expect diff-relu 0 'Piecewise((0, 0 >= num), (1, True))' -- diff relu
 expect diff-loss 0 '2*(y_pred - y_true)' -- diff mse
 expect eval-gelu 0 '0.84134474606854293' -- eval gelu --at 1
@@ -44,7 +44,7 @@ expect bad-command 2 $'hsnn-jit: error: unknown command \'frobnicate\'\nTry \'hs
 expect no-command 2 $'hsnn-jit: error: no command given\nTry \'hsnn-jit --help\'.' --
 expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss\'\nTry \'hsnn-jit parse --help\'.' -- parse x --mode foo
 expect version 0 'hsnn-jit 0.1.0' -- --version
-expect parse-json 0 '{"canonical": "sin(x)*alpha", "mode": "activation", "constants": [{"name": "alpha"}]}' -- parse 'sin(x)*alpha' --json
+expect parse-json 0 '{"canonical": "alpha*sin(x)", "mode": "activation", "constants": [{"name": "alpha"}]}' -- parse 'sin(x)*alpha' --json
 expect diff-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "derivative": "2*(y_pred - y_true)"}' -- diff mse --json
 expect eval-json 0 '{"value": 0.84134474606854293, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob

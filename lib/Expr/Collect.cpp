@@ -1,0 +1,310 @@
+//===- lib/Expr/Collect.cpp - Canonical sums and products -----------------===//
+#include "Collect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace hsnn::detail {
+namespace {
+
+// Exact double arithmetic or nothing: coefficients combine only when no
+// rounding happens, so collecting never moves a value by an ulp on its own.
+bool mulExact(double a, double b, double &r) {
+  r = a * b;
+  return std::isfinite(r) && std::fma(a, b, -r) == 0;
+}
+bool divExact(double a, double b, double &r) {
+  if (b == 0)
+    return false;
+  r = a / b;
+  return std::isfinite(r) && std::fma(r, b, -a) == 0;
+}
+bool addExact(double a, double b, double &r) {
+  r = a + b;
+  double bb = r - a;
+  return std::isfinite(r) && (a - (r - bb)) + (b - bb) == 0;
+}
+bool isInteger(double v) { return std::isfinite(v) && v == std::trunc(v); }
+
+// Canonical order of atoms: numbers, exact constants (pi, sqrt(2)),
+// variables, constants, then everything else, each group by structure.
+int rank(Expr e) {
+  if (e->isNumber())
+    return 0;
+  if (e->isConstant())
+    return 1;
+  if (e->op() == Op::Var)
+    return 2;
+  if (e->op() == Op::Param)
+    return 3;
+  return 4;
+}
+bool before(Expr a, Expr b) {
+  int ra = rank(a), rb = rank(b);
+  return ra != rb ? ra < rb : compareStructure(a, b) < 0;
+}
+
+bool isSum(Expr e) { return e->op() == Op::Add || e->op() == Op::Sub; }
+bool isProduct(Expr e) { return e->op() == Op::Mul || e->op() == Op::Div; }
+
+//===-- Products ----------------------------------------------------------===//
+
+struct Product {
+  double num = 1, den = 1; // coefficient num/den, both positive
+  bool negative = false;
+  std::vector<std::pair<Expr, int>> powers; // base, integer exponent
+  bool ok = true;
+
+  // Bases dividing separately: b in 1/b/b, when b can be large (b*b would
+  // overflow where 1/b/b is a normal number: softsign's 1/(1 + |x|)**2).
+  std::vector<Expr> divisors;
+
+  void addPower(Expr base, int k) {
+    for (auto &[b, e] : powers)
+      if (b == base) {
+        if (k < 0 && e < 0 && !base->isBounded() && !base->isConstant()) {
+          divisors.insert(divisors.end(), size_t(-k), base);
+          return;
+        }
+        e += k;
+        return;
+      }
+    powers.push_back({base, k});
+  }
+  void addNumber(double v, int sign) {
+    if (v < 0 || std::signbit(v))
+      negative = !negative, v = -v;
+    double &c = sign > 0 ? num : den;
+    ok = ok && v != 0 && mulExact(c, v, c);
+  }
+  void flatten(Expr e, int sign) {
+    switch (e->op()) {
+    case Op::Mul:
+      if (e->arg(0) == e->arg(1) && !e->arg(0)->isNumber()) { // a written square stays one
+        addPower(e->arg(0), 2 * sign);
+        return;
+      }
+      flatten(e->arg(0), sign), flatten(e->arg(1), sign);
+      return;
+    case Op::Div:
+      flatten(e->arg(0), sign), flatten(e->arg(1), -sign);
+      return;
+    case Op::Neg:
+      negative = !negative;
+      flatten(e->arg(0), sign);
+      return;
+    case Op::Number:
+      addNumber(e->number(), sign);
+      return;
+    case Op::Pow:
+      if (Expr k = e->arg(1); k->isNumber() && isInteger(k->number()) && std::fabs(k->number()) <= 64) {
+        addPower(e->arg(0), sign * int(k->number()));
+        return;
+      }
+      break;
+    default:
+      break;
+    }
+    addPower(e, sign);
+  }
+};
+
+// sqrt(c)**2 is c for a constant c >= 0: the pair leaves the powers and
+// joins the coefficient (sqrt(2)*sqrt(2) -> 2), when c is a number.
+void foldSquareRoots(Product &p) {
+  for (auto &[b, k] : p.powers) {
+    if (b->op() != Op::Sqrt || !b->arg(0)->isNumber() || k / 2 == 0)
+      continue;
+    double c = b->arg(0)->number(), f = 1;
+    for (int i = 0; i < std::abs(k / 2); ++i)
+      p.ok = p.ok && mulExact(f, c, f);
+    double &side = k > 0 ? p.num : p.den;
+    p.ok = p.ok && mulExact(side, f, side);
+    k %= 2;
+  }
+}
+
+Expr powerOf(ExprContext &ctx, Expr base, int k) {
+  if (k == 1)
+    return base;
+  if (k == 2)
+    return ctx.mul(base, base);
+  return ctx.pow(base, ctx.number(k));
+}
+
+// Multiplies factors left to right, the first negated when asked (-x*y,
+// as SymPy prints it). sqrt(a)*sqrt(b) of constants a, b >= 0 is
+// sqrt(a*b): one square root, and the 1/sqrt(2*pi) users recognise.
+Expr multiply(ExprContext &ctx, Expr number, const std::vector<Expr> &factors, bool negateFirst = false) {
+  std::vector<Expr> roots, rest;
+  if (number)
+    rest.push_back(number);
+  for (Expr f : factors)
+    (f->op() == Op::Sqrt && f->isConstant() ? roots : rest).push_back(f);
+  if (!roots.empty()) {
+    Expr arg = roots[0]->arg(0);
+    for (size_t i = 1; i < roots.size(); ++i)
+      arg = ctx.mul(arg, roots[i]->arg(0));
+    rest.insert(rest.begin() + (number ? 1 : 0), roots.size() > 1 ? ctx.call(Op::Sqrt, arg) : roots[0]);
+  }
+  Expr r = nullptr;
+  for (Expr f : rest) {
+    if (negateFirst && !r)
+      f = ctx.neg(f);
+    r = r ? ctx.mul(r, f) : f;
+  }
+  return r;
+}
+
+Expr buildProduct(ExprContext &ctx, Product &p, bool fast) {
+  std::sort(p.powers.begin(), p.powers.end(), [](auto &a, auto &b) { return before(a.first, b.first); });
+  std::vector<Expr> up, down;
+  for (auto &[b, k] : p.powers) {
+    if (k == 0 && !fast)
+      return nullptr; // x/x: NaN at 0 and inf, left as written
+    if (k > 0)
+      up.push_back(powerOf(ctx, b, k));
+    else if (k < 0)
+      down.push_back(powerOf(ctx, b, -k));
+  }
+  // The coefficient: one number when num/den is exact, written as a
+  // division when it is 1/n (x/2, not 0.5*x: the same value).
+  double c, inv, upNum = p.num, downNum = p.den;
+  if (divExact(p.num, p.den, c)) {
+    upNum = c, downNum = 1;
+    if (c < 1 && divExact(1, c, inv) && isInteger(inv))
+      upNum = 1, downNum = inv;
+  }
+  Expr top = upNum != 1 || up.empty() ? multiply(ctx, ctx.number(p.negative ? -upNum : upNum), up)
+                                        : multiply(ctx, nullptr, up, p.negative);
+  Expr bottom = multiply(ctx, downNum != 1 ? ctx.number(downNum) : nullptr, down);
+  Expr r = bottom ? ctx.div(top, bottom) : top;
+  std::sort(p.divisors.begin(), p.divisors.end(), before);
+  for (Expr d : p.divisors)
+    r = ctx.div(r, d);
+  return r;
+}
+
+//===-- Sums --------------------------------------------------------------===//
+
+struct Sum {
+  ExprContext &ctx;
+  bool fast;
+  std::vector<std::pair<Expr, double>> terms; // term, coefficient
+  double number = 0;
+  int numbers = 0;
+  bool ok = true;
+
+  int added = 0; // terms seen, before like terms combined
+
+  void addTerm(Expr t, double c) {
+    ++added;
+    for (auto &[u, k] : terms)
+      if (u == t) {
+        ok = ok && addExact(k, c, k);
+        return;
+      }
+    terms.push_back({t, c});
+  }
+  // The numeric coefficient of a product and the product without it
+  // (-2*sin(x)*cos(x) is -2 times sin(x)*cos(x)).
+  static std::pair<Expr, double> split(ExprContext &ctx, Expr e, bool fast) {
+    if (!isProduct(e) && e->op() != Op::Neg)
+      return {e, 1};
+    Product p;
+    p.flatten(e, 1);
+    foldSquareRoots(p);
+    double c;
+    if (!p.ok || !divExact(p.num, p.den, c))
+      return {e, 1};
+    double sign = p.negative ? -1 : 1;
+    p.num = p.den = 1, p.negative = false;
+    Expr t = buildProduct(ctx, p, fast);
+    return t ? std::pair{t, sign * c} : std::pair{e, 1.0};
+  }
+  void flatten(Expr e, double sign) {
+    switch (e->op()) {
+    case Op::Add:
+      flatten(e->arg(0), sign), flatten(e->arg(1), sign);
+      return;
+    case Op::Sub:
+      flatten(e->arg(0), sign), flatten(e->arg(1), -sign);
+      return;
+    case Op::Neg:
+      flatten(e->arg(0), -sign);
+      return;
+    case Op::Number:
+      ok = ok && addExact(number, sign * e->number(), number);
+      ++numbers;
+      return;
+    default: {
+      auto [t, c] = split(ctx, e, fast);
+      addTerm(t, sign * c);
+    }
+    }
+  }
+};
+
+Expr scaled(ExprContext &ctx, Expr t, double c, bool fast) {
+  if (c == 1)
+    return t;
+  return collectProduct(ctx, ctx.mul(ctx.number(c), t), fast);
+}
+
+} // namespace
+
+Expr collectProduct(ExprContext &ctx, Expr e, bool fast) {
+  if (!isProduct(e) && !(e->op() == Op::Neg && !isSum(e->arg(0))))
+    return e;
+  Product p;
+  p.flatten(e, 1);
+  foldSquareRoots(p);
+  if (!p.ok)
+    return e;
+  Expr r = buildProduct(ctx, p, fast);
+  return r ? r : e;
+}
+
+Expr collectSum(ExprContext &ctx, Expr e, bool fast) {
+  if (!isSum(e) && !(e->op() == Op::Neg && isSum(e->arg(0))))
+    return e;
+  Sum s{.ctx = ctx, .fast = fast};
+  s.flatten(e, 1);
+  // Only a sum whose terms combine is rebuilt: reassociating the others
+  // could cancel digits the formula was written to keep (bce's
+  // `1 - y_pred + eps` is not `eps - y_pred + 1` near y_pred = 1).
+  bool combines = s.added > int(s.terms.size()) || s.numbers > 1 || e->op() == Op::Neg;
+  if (!s.ok || !combines)
+    return e;
+  std::vector<std::pair<Expr, double>> kept;
+  for (auto &[t, c] : s.terms) {
+    if (c != 0)
+      kept.push_back({t, c});
+    else if (!fast && !t->isBounded())
+      return e; // x - x: NaN at inf, left as written
+  }
+  std::sort(kept.begin(), kept.end(), [](auto &a, auto &b) { return before(a.first, b.first); });
+  // Lead with a positive term (1 - x, not -x + 1); the number goes last.
+  auto lead = std::find_if(kept.begin(), kept.end(), [](auto &t) { return t.second > 0; });
+  if (lead != kept.end())
+    std::rotate(kept.begin(), lead, lead + 1);
+  // With no positive term, a positive number leads (1 - x).
+  bool numberFirst = lead == kept.end() && s.number > 0;
+  Expr r = numberFirst ? ctx.number(s.number) : nullptr;
+  for (auto &[t, c] : kept) {
+    if (!r)
+      r = scaled(ctx, t, c, fast);
+    else
+      r = c > 0 ? ctx.add(r, scaled(ctx, t, c, fast)) : ctx.sub(r, scaled(ctx, t, -c, fast));
+  }
+  if (!r)
+    return ctx.number(s.number);
+  // A lone 0 that was written stays (x + 0 is +0 at x = -0); numbers that
+  // cancel (x + 1 - 1) leave nothing.
+  if (!numberFirst && s.numbers && (s.number != 0 || (s.numbers == 1 && !fast)))
+    r = std::signbit(s.number) ? ctx.sub(r, ctx.number(-s.number)) : ctx.add(r, ctx.number(s.number));
+  return r;
+}
+
+} // namespace hsnn::detail
