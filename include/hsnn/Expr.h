@@ -115,6 +115,8 @@ public:
   Expr variable(Variable v);
   Expr param(std::string_view name);
   Expr boolean(bool value);
+  /// An exact constant leaf: Op::Pi or Op::E.
+  Expr constant(Op op);
   /// Any other op. Arity and operand kinds (numeric vs. condition) must be
   /// right; the parser checks them and reports errors before calling this.
   Expr make(Op op, std::span<const Expr> args);

@@ -54,7 +54,8 @@ std::span<const BuiltinDef> table() {
      [](ExprContext &c, A a) {
        // 1 + erf(-t) cancels for t >> 0; erfc(t) is the same value without
        // the cancellation. Past +-40 gelu is x or -0 in both dtypes.
-       Expr body = c.mul(c.mul(n(c, 0.5), a[0]), c.call(Op::Erfc, c.div(c.neg(a[0]), n(c, 1.4142135623730951))));
+       Expr sqrt2 = c.call(Op::Sqrt, n(c, 2));
+       Expr body = c.div(c.mul(a[0], c.call(Op::Erfc, c.div(c.neg(a[0]), sqrt2))), n(c, 2));
        return gated(c, a[0], body, -40, 40);
      }},
     {{"linear", FormulaMode::Activation, "num", {}}, [](ExprContext &, A a) { return a[0]; }},
@@ -87,7 +88,8 @@ std::span<const BuiltinDef> table() {
      [](ExprContext &c, A a) {
        // 0.5*(1 + tanh(y)) = sigmoid(2y): the same value without cancellation for y << 0.
        Expr cube = c.mul(c.mul(a[0], a[0]), a[0]);
-       Expr inner = c.mul(n(c, 2 * 0.7978845608028654), c.add(a[0], c.mul(n(c, 0.044715), cube)));
+       Expr scale = c.mul(n(c, 2), c.call(Op::Sqrt, c.div(n(c, 2), c.constant(Op::Pi))));
+       Expr inner = c.mul(scale, c.add(a[0], c.mul(n(c, 0.044715), cube)));
        return gated(c, a[0], c.mul(a[0], c.call(Op::Sigmoid, inner)), -1000, 1000);
      }},
     {{"log_sigmoid", FormulaMode::Activation, "-log(1 + exp(-num))", {}},

@@ -20,11 +20,6 @@ bool divExact(double a, double b, double &r) {
   r = a / b;
   return std::isfinite(r) && std::fma(r, b, -a) == 0;
 }
-bool addExact(double a, double b, double &r) {
-  r = a + b;
-  double bb = r - a;
-  return std::isfinite(r) && (a - (r - bb)) + (b - bb) == 0;
-}
 bool isInteger(double v) { return std::isfinite(v) && v == std::trunc(v); }
 
 // Canonical order of atoms: numbers, exact constants (pi, sqrt(2)),
@@ -75,13 +70,18 @@ struct Product {
   void addNumber(double v, int sign) {
     if (v < 0 || std::signbit(v))
       negative = !negative, v = -v;
+    // Numbers on one side multiply as the builder folds them (rounded);
+    // the two sides stay apart, so x/3 is not x*0.333.
     double &c = sign > 0 ? num : den;
-    ok = ok && v != 0 && mulExact(c, v, c);
+    c *= v;
+    ok = ok && v != 0 && std::isfinite(c) && c != 0;
   }
   void flatten(Expr e, int sign) {
     switch (e->op()) {
     case Op::Mul:
-      if (e->arg(0) == e->arg(1) && !e->arg(0)->isNumber()) { // a written square stays one
+      // A written square of a sum stays one power: (1 + |x|)**2 is not
+      // split into divisions below.
+      if (e->arg(0) == e->arg(1) && !isProduct(e->arg(0)) && e->arg(0)->op() != Op::Neg) {
         addPower(e->arg(0), 2 * sign);
         return;
       }
@@ -123,6 +123,8 @@ void foldSquareRoots(Product &p) {
     p.ok = p.ok && mulExact(side, f, side);
     k %= 2;
   }
+  // An exact constant over itself is 1 (constants are finite and nonzero).
+  std::erase_if(p.powers, [](auto &bk) { return bk.first->isConstant() && bk.second == 0; });
 }
 
 Expr powerOf(ExprContext &ctx, Expr base, int k) {
@@ -189,6 +191,7 @@ Expr buildProduct(ExprContext &ctx, Product &p, bool fast) {
 //===-- Sums --------------------------------------------------------------===//
 
 struct Sum {
+  Sum(ExprContext &c, bool f) : ctx(c), fast(f) {}
   ExprContext &ctx;
   bool fast;
   std::vector<std::pair<Expr, double>> terms; // term, coefficient
@@ -202,7 +205,8 @@ struct Sum {
     ++added;
     for (auto &[u, k] : terms)
       if (u == t) {
-        ok = ok && addExact(k, c, k);
+        k += c;
+        ok = ok && std::isfinite(k);
         return;
       }
     terms.push_back({t, c});
@@ -235,7 +239,8 @@ struct Sum {
       flatten(e->arg(0), -sign);
       return;
     case Op::Number:
-      ok = ok && addExact(number, sign * e->number(), number);
+      number += sign * e->number();
+      ok = ok && std::isfinite(number);
       ++numbers;
       return;
     default: {
@@ -252,40 +257,17 @@ Expr scaled(ExprContext &ctx, Expr t, double c, bool fast) {
   return collectProduct(ctx, ctx.mul(ctx.number(c), t), fast);
 }
 
-} // namespace
-
-Expr collectProduct(ExprContext &ctx, Expr e, bool fast) {
-  if (!isProduct(e) && !(e->op() == Op::Neg && !isSum(e->arg(0))))
-    return e;
-  Product p;
-  p.flatten(e, 1);
-  foldSquareRoots(p);
-  if (!p.ok)
-    return e;
-  Expr r = buildProduct(ctx, p, fast);
-  return r ? r : e;
-}
-
-Expr collectSum(ExprContext &ctx, Expr e, bool fast) {
-  if (!isSum(e) && !(e->op() == Op::Neg && isSum(e->arg(0))))
-    return e;
-  Sum s{.ctx = ctx, .fast = fast};
-  s.flatten(e, 1);
-  // Only a sum whose terms combine is rebuilt: reassociating the others
-  // could cancel digits the formula was written to keep (bce's
-  // `1 - y_pred + eps` is not `eps - y_pred + 1` near y_pred = 1).
-  bool combines = s.added > int(s.terms.size()) || s.numbers > 1 || e->op() == Op::Neg;
-  if (!s.ok || !combines)
-    return e;
+// The terms in canonical order: a positive term leads (1 - x, not -x + 1),
+// the number goes last. Null when a cancelled term could hide a NaN.
+Expr buildSum(ExprContext &ctx, Sum &s, bool fast) {
   std::vector<std::pair<Expr, double>> kept;
   for (auto &[t, c] : s.terms) {
     if (c != 0)
       kept.push_back({t, c});
     else if (!fast && !t->isBounded())
-      return e; // x - x: NaN at inf, left as written
+      return nullptr; // x - x: NaN at inf, left as written
   }
   std::sort(kept.begin(), kept.end(), [](auto &a, auto &b) { return before(a.first, b.first); });
-  // Lead with a positive term (1 - x, not -x + 1); the number goes last.
   auto lead = std::find_if(kept.begin(), kept.end(), [](auto &t) { return t.second > 0; });
   if (lead != kept.end())
     std::rotate(kept.begin(), lead, lead + 1);
@@ -305,6 +287,73 @@ Expr collectSum(ExprContext &ctx, Expr e, bool fast) {
   if (!numberFirst && s.numbers && (s.number != 0 || (s.numbers == 1 && !fast)))
     r = std::signbit(s.number) ? ctx.sub(r, ctx.number(-s.number)) : ctx.add(r, ctx.number(s.number));
   return r;
+}
+
+
+int unitless(const Sum &s) {
+  int n = 0;
+  for (auto &[t, c] : s.terms)
+    n += std::fabs(c) != 1;
+  return n + (s.number != 0);
+}
+
+// c*(a + b) as c*a + c*b when that leaves fewer coefficients to multiply:
+// (erfc(u) + 2*x*g)/2 is erfc(u)/2 + x*g. Only exact scalings.
+Expr distribute(ExprContext &ctx, const Product &p, bool fast) {
+  if (p.powers.size() != 1 || p.powers[0].second != 1 || !isSum(p.powers[0].first) || !p.divisors.empty())
+    return nullptr;
+  double c;
+  if (!divExact(p.num, p.den, c) || c == 1)
+    return nullptr;
+  c = p.negative ? -c : c;
+  Sum plain(ctx, fast), scaledSum(ctx, fast);
+  plain.flatten(p.powers[0].first, 1);
+  scaledSum.flatten(p.powers[0].first, c);
+  if (!plain.ok || !scaledSum.ok || unitless(scaledSum) >= unitless(plain) + 1)
+    return nullptr;
+  return buildSum(ctx, scaledSum, fast);
+}
+
+} // namespace
+
+Expr collectProduct(ExprContext &ctx, Expr e, bool fast) {
+  if (!isProduct(e) && !(e->op() == Op::Neg && !isSum(e->arg(0))))
+    return e;
+  Product p;
+  p.flatten(e, 1);
+  foldSquareRoots(p);
+  if (!p.ok)
+    return e;
+  if (Expr d = distribute(ctx, p, fast))
+    return d;
+  Expr r = buildProduct(ctx, p, fast);
+  return r ? r : e;
+}
+
+Expr collectSum(ExprContext &ctx, Expr e, bool fast) {
+  if (!isSum(e) && !(e->op() == Op::Neg && isSum(e->arg(0))))
+    return e;
+  Sum s(ctx, fast);
+  s.flatten(e, 1);
+  // Only a sum whose terms combine is rebuilt: reassociating the others
+  // could cancel digits the formula was written to keep (bce's
+  // `1 - y_pred + eps` is not `eps - y_pred + 1` near y_pred = 1).
+  bool combines = s.added > int(s.terms.size()) || s.numbers > 1 || e->op() == Op::Neg;
+  if (s.ok && combines)
+    if (Expr r = buildSum(ctx, s, fast))
+      return r;
+  // Otherwise only the signs: a + -2*b is a - 2*b, -2*a + b is b - 2*a
+  // (the same value: negation and addition commute exactly).
+  if (e->op() == Op::Neg)
+    return e;
+  Expr a = e->arg(0), b = e->arg(1);
+  auto negative = [&](Expr t) { return t->isNumber() ? t->number() < 0 : Sum::split(ctx, t, fast).second < 0; };
+  auto negated = [&](Expr t) { return t->isNumber() ? ctx.number(-t->number()) : collectProduct(ctx, ctx.neg(t), fast); };
+  if (negative(b))
+    return e->op() == Op::Add ? ctx.sub(a, negated(b)) : ctx.add(a, negated(b));
+  if (e->op() == Op::Add && negative(a))
+    return ctx.sub(b, negated(a));
+  return e;
 }
 
 } // namespace hsnn::detail

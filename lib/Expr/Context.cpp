@@ -65,6 +65,9 @@ uint8_t flagsOf(const Node &n) {
   case Op::True:
   case Op::False:
     return kConstant;
+  case Op::Pi:
+  case Op::E:
+    return kConstant | kBounded;
   case Op::Var:
   case Op::Param:
     return 0;
@@ -189,6 +192,13 @@ Expr ExprContext::param(std::string_view name) {
   return intern(std::move(n));
 }
 
+Expr ExprContext::constant(Op op) {
+  assert((op == Op::Pi || op == Op::E) && "not an exact constant");
+  Node n;
+  n.op_ = op;
+  return intern(std::move(n));
+}
+
 Expr ExprContext::boolean(bool value) {
   Node n;
   n.op_ = value ? Op::True : Op::False;
@@ -211,7 +221,12 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
     double r = detail::evalScalar(op, std::span<const double>(vals, args.size()));
     if (info.isBool)
       return boolean(r != 0);
-    if (std::isfinite(r))
+    // Arithmetic folds; a function folds only to an integer (exp(0),
+    // sqrt(4)): sqrt(2), log(2) and exp(1) stay exact until code generation.
+    bool arithmetic = info.syntax == OpSyntax::Infix || info.syntax == OpSyntax::Prefix ||
+                      op == Op::Max || op == Op::Min || op == Op::Abs || op == Op::Sign || op == Op::Heaviside ||
+                      op == Op::Floor || op == Op::Ceiling;
+    if (std::isfinite(r) && (arithmetic || r == std::trunc(r)))
       return number(r);
   }
 

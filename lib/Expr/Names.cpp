@@ -65,16 +65,20 @@ std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::
   return std::string("unknown rewrite");
 }
 
-std::optional<double> findNamedNumber(std::string_view name) {
+Expr findNamedNumber(ExprContext &ctx, std::string_view name) {
   if (name == "E" || name == "e")
-    return std::numbers::e;
+    return ctx.constant(Op::E);
   if (name == "pi")
-    return std::numbers::pi;
+    return ctx.constant(Op::Pi);
   if (name == "tau")
-    return 2 * std::numbers::pi;
+    return ctx.mul(ctx.number(2), ctx.constant(Op::Pi));
   if (name == "phi")
-    return std::numbers::phi;
-  return std::nullopt;
+    return ctx.div(ctx.add(ctx.number(1), ctx.call(Op::Sqrt, ctx.number(5))), ctx.number(2));
+  return nullptr;
+}
+
+bool isNamedNumber(std::string_view name) {
+  return name == "E" || name == "e" || name == "pi" || name == "tau" || name == "phi";
 }
 
 const std::vector<std::string> &knownNames() {

@@ -31,8 +31,9 @@ std::optional<Callable> findCallable(std::string_view name);
 /// root: NaN for x < 0). A string is the reason the arguments are refused.
 size_t rewriteArity(Rewrite r);
 std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::span<const Expr> args);
-/// Named numbers: E, e, pi, tau, phi.
-std::optional<double> findNamedNumber(std::string_view name);
+/// Named numbers: E, e, pi, tau, phi (exact: pi is the leaf Op::Pi).
+Expr findNamedNumber(ExprContext &ctx, std::string_view name);
+bool isNamedNumber(std::string_view name);
 /// Every name a user could have meant, for "did you mean" hints.
 const std::vector<std::string> &knownNames();
 /// The closest known name within a small edit distance, or "".

@@ -41,6 +41,8 @@ LEAF_RULE(Var)
 LEAF_RULE(Param)
 LEAF_RULE(True)
 LEAF_RULE(False)
+LEAF_RULE(Pi)
+LEAF_RULE(E)
 #undef LEAF_RULE
 
 // A unary op: EVAL is an expression in `a`; DIFF an expression in c (the
@@ -151,10 +153,10 @@ UNARY_RULE(Asinh, std::asinh(a), c.div(d, c.call(Op::Sqrt, c.add(c.mul(a, a), nu
 UNARY_RULE(Acosh, std::acosh(a),
            c.div(d, c.mul(c.call(Op::Sqrt, c.sub(a, num(c, 1))), c.call(Op::Sqrt, c.add(a, num(c, 1))))))
 UNARY_RULE(Atanh, std::atanh(a), c.div(d, c.sub(num(c, 1), c.mul(a, a))))
-// 2/sqrt(pi) = 1.1283791670955126
-UNARY_RULE(Erf, std::erf(a), c.mul(c.mul(num(c, 1.1283791670955126), c.call(Op::Exp, c.neg(c.mul(a, a)))), d))
-UNARY_RULE(Erfc, std::erfc(a),
-           c.mul(c.mul(num(c, -1.1283791670955126), c.call(Op::Exp, c.neg(c.mul(a, a)))), d))
+// 2/sqrt(pi), exact until code generation.
+Expr twoOverSqrtPi(ExprContext &c) { return c.div(num(c, 2), c.call(Op::Sqrt, c.constant(Op::Pi))); }
+UNARY_RULE(Erf, std::erf(a), c.mul(c.mul(twoOverSqrtPi(c), c.call(Op::Exp, c.neg(c.mul(a, a)))), d))
+UNARY_RULE(Erfc, std::erfc(a), c.mul(c.neg(c.mul(twoOverSqrtPi(c), c.call(Op::Exp, c.neg(c.mul(a, a))))), d))
 
 UNARY_RULE(Log1p, std::log1p(a), c.div(d, c.add(num(c, 1), a)))
 UNARY_RULE(Expm1, std::expm1(a), c.mul(c.call(Op::Exp, a), d))
@@ -240,6 +242,47 @@ double evalScalar(Op op, std::span<const double> args) {
   opImpl(op).eval64(&out, ptrs, unsigned(n), 1);
   return out;
 }
+namespace {
+long double evalExtended(Expr e) {
+  auto arg = [&](size_t i) { return evalExtended(e->arg(i)); };
+  switch (e->op()) {
+  case Op::Number:
+    return e->number();
+  case Op::Pi:
+    return 3.141592653589793238462643383279502884L;
+  case Op::E:
+    return 2.718281828459045235360287471352662498L;
+  case Op::Add:
+    return arg(0) + arg(1);
+  case Op::Sub:
+    return arg(0) - arg(1);
+  case Op::Mul:
+    return arg(0) * arg(1);
+  case Op::Div:
+    return arg(0) / arg(1);
+  case Op::Neg:
+    return -arg(0);
+  case Op::Pow:
+    return std::pow(arg(0), arg(1));
+  case Op::Sqrt:
+    return std::sqrt(arg(0));
+  case Op::Exp:
+    return std::exp(arg(0));
+  case Op::Log:
+    return std::log(arg(0));
+  default: {
+    // The rest through the op table in double.
+    double vals[2] = {0, 0};
+    for (size_t i = 0; i < e->numArgs() && i < 2; ++i)
+      vals[i] = double(arg(i));
+    return evalScalar(e->op(), std::span<const double>(vals, e->numArgs()));
+  }
+  }
+}
+} // namespace
+
+double evalConstant(Expr e) { return double(evalExtended(e)); }
+
 } // namespace detail
 
 } // namespace hsnn

@@ -39,4 +39,9 @@ template <> inline BlockEval<double> blockEval<double>(Op op) { return opImpl(op
 /// One element through the block evaluator (constant folding, tests).
 double evalScalar(Op op, std::span<const double> args);
 
+/// The value of a constant expression (pi, sqrt(2*pi), 2/sqrt(pi)) rounded
+/// to double once, from extended precision where the ops allow it: what a
+/// kernel bakes in.
+double evalConstant(Expr e);
+
 } // namespace hsnn::detail

@@ -457,8 +457,8 @@ private:
       return lossVar(t, Variable::YTrue);
     if (n == "True" || n == "False")
       return ctx_.boolean(n == "True");
-    if (auto v = detail::findNamedNumber(n))
-      return ctx_.number(*v);
+    if (Expr v = detail::findNamedNumber(ctx_, n))
+      return v;
     if (const detail::BuiltinDef *b = detail::findBuiltin(n)) {
       if (b->info.mode != opt_.mode) {
         if (b->info.mode == FormulaMode::Loss)
@@ -531,7 +531,7 @@ private:
     std::string_view n = name.text;
     std::optional<Callable> callable = detail::findCallable(n);
     if (!callable) {
-      if (n == "num" || n == "x" || n == "z" || n == "y_pred" || n == "y_true" || detail::findNamedNumber(n))
+      if (n == "num" || n == "x" || n == "z" || n == "y_pred" || n == "y_true" || detail::isNamedNumber(n))
         fail(name.pos, name.len, fmt::format("'{}' is not a function", n));
       std::string near = detail::nearestName(n, detail::knownNames());
       fail(name.pos, name.len,
@@ -683,7 +683,7 @@ Expected<Formula> parseFormula(ExprContext &ctx, std::string_view text, const Pa
 
 bool isReservedName(std::string_view name) {
   return name == "num" || name == "x" || name == "z" || name == "y_pred" || name == "y_true" || name == "True" ||
-         name == "False" || detail::findNamedNumber(name) || detail::findCallable(name);
+         name == "False" || detail::isNamedNumber(name) || detail::findCallable(name);
 }
 
 } // namespace hsnn

@@ -86,6 +86,8 @@ private:
       return;
     case Op::True:
     case Op::False:
+    case Op::Pi:
+    case Op::E:
       out += info.spelling;
       return;
     case Op::Neg:

@@ -1,6 +1,8 @@
 //===- lib/Program/Program.cpp - Lowering the DAG to a tape ---------------===//
 #include "Program.h"
 
+#include "../Expr/OpTable.h"
+
 #include <algorithm>
 #include <bit>
 #include <fmt/format.h>
@@ -22,6 +24,16 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
     while (!stack.empty()) {
       Frame &f = stack.back();
       if (slotOf.count(f.e)) {
+        stack.pop_back();
+        continue;
+      }
+      // A constant subexpression (sqrt(2*pi)) is one number, rounded once.
+      if (f.next == 0 && f.e->isConstant() && !f.e->isBool() && !f.e->isNumber()) {
+        Instr in;
+        in.op = Op::Number;
+        in.number = evalConstant(f.e);
+        slotOf[f.e] = uint32_t(p.code.size());
+        p.code.push_back(in);
         stack.pop_back();
         continue;
       }
