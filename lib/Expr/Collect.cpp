@@ -3,10 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 #include <vector>
 
 namespace hsnn::detail {
 namespace {
+
+// Sums and products with more atoms than this are not collected.
+constexpr size_t kMaxAtoms = 256;
 
 // Exact double arithmetic or nothing: coefficients combine only when no
 // rounding happens, so collecting never moves a value by an ulp on its own.
@@ -55,17 +59,19 @@ struct Product {
   // overflow where 1/b/b is a normal number: softsign's 1/(1 + |x|)**2).
   std::vector<Expr> divisors;
 
+  std::unordered_map<Expr, size_t> index; // base -> its entry in powers
+
   void addPower(Expr base, int k) {
-    for (auto &[b, e] : powers)
-      if (b == base) {
-        if (k < 0 && e < 0 && !base->isBounded() && !base->isConstant()) {
-          divisors.insert(divisors.end(), size_t(-k), base);
-          return;
-        }
-        e += k;
-        return;
-      }
-    powers.push_back({base, k});
+    auto [it, fresh] = index.try_emplace(base, powers.size());
+    if (fresh) {
+      powers.push_back({base, k});
+      return;
+    }
+    int &e = powers[it->second].second;
+    if (k < 0 && e < 0 && !base->isBounded() && !base->isConstant())
+      divisors.insert(divisors.end(), size_t(-k), base);
+    else
+      e += k;
   }
   void addNumber(double v, int sign) {
     if (v < 0 || std::signbit(v))
@@ -76,7 +82,14 @@ struct Product {
     c *= v;
     ok = ok && v != 0 && std::isfinite(c) && c != 0;
   }
+  size_t visited = 0;
   void flatten(Expr e, int sign) {
+    // Long chains are left as they are: collecting is for formulas, and a
+    // bound keeps it linear (and its recursion shallow) on deep DAGs.
+    if (++visited > kMaxAtoms) {
+      ok = false;
+      return;
+    }
     switch (e->op()) {
     case Op::Mul:
       // A written square of a sum stays one power: (1 + |x|)**2 is not
@@ -148,6 +161,7 @@ Expr multiply(ExprContext &ctx, Expr number, const std::vector<Expr> &factors, b
     Expr arg = roots[0]->arg(0);
     for (size_t i = 1; i < roots.size(); ++i)
       arg = ctx.mul(arg, roots[i]->arg(0));
+    arg = collectProduct(ctx, arg, false); // 2*pi, in canonical order
     rest.insert(rest.begin() + (number ? 1 : 0), roots.size() > 1 ? ctx.call(Op::Sqrt, arg) : roots[0]);
   }
   Expr r = nullptr;
@@ -201,15 +215,18 @@ struct Sum {
 
   int added = 0; // terms seen, before like terms combined
 
+  std::unordered_map<Expr, size_t> index; // term -> its entry in terms
+
   void addTerm(Expr t, double c) {
     ++added;
-    for (auto &[u, k] : terms)
-      if (u == t) {
-        k += c;
-        ok = ok && std::isfinite(k);
-        return;
-      }
-    terms.push_back({t, c});
+    auto [it, fresh] = index.try_emplace(t, terms.size());
+    if (fresh) {
+      terms.push_back({t, c});
+      return;
+    }
+    double &k = terms[it->second].second;
+    k += c;
+    ok = ok && std::isfinite(k);
   }
   // The numeric coefficient of a product and the product without it
   // (-2*sin(x)*cos(x) is -2 times sin(x)*cos(x)).
@@ -227,7 +244,12 @@ struct Sum {
     Expr t = buildProduct(ctx, p, fast);
     return t ? std::pair{t, sign * c} : std::pair{e, 1.0};
   }
+  size_t visited = 0;
   void flatten(Expr e, double sign) {
+    if (++visited > kMaxAtoms) {
+      ok = false;
+      return;
+    }
     switch (e->op()) {
     case Op::Add:
       flatten(e->arg(0), sign), flatten(e->arg(1), sign);

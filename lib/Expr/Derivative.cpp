@@ -8,6 +8,7 @@
 #include "hsnn/Formula.h"
 
 #include "OpTable.h"
+#include "Traversal.h"
 
 #include <unordered_map>
 
@@ -18,27 +19,26 @@ class Differentiator {
 public:
   Differentiator(ExprContext &ctx, Expr wrt) : ctx_(ctx), wrt_(wrt) {}
 
-  Expr run(Expr e) {
-    if (auto it = memo_.find(e); it != memo_.end())
-      return it->second;
-    Expr d = nullptr;
-    if (e == wrt_) {
-      d = ctx_.number(1);
-    } else if (e->numArgs() && !e->isBool()) {
-      std::vector<Expr> dargs;
-      bool any = false;
-      for (Expr a : e->args()) {
-        dargs.push_back(a->isBool() ? nullptr : run(a));
-        any |= dargs.back() != nullptr;
-      }
-      if (any)
-        d = detail::opImpl(e->op()).diff(ctx_, e, dargs);
-    }
-    memo_[e] = d;
-    return d;
+  Expr run(Expr root) {
+    // Conditions keep their value: no walk below a truth-valued node.
+    return detail::postOrder(memo_, root, [&](Expr e) { return node(e); }, [](Expr e) { return !e->isBool(); });
   }
 
 private:
+  Expr node(Expr e) {
+    if (e == wrt_)
+      return ctx_.number(1);
+    if (!e->numArgs() || e->isBool())
+      return nullptr;
+    std::vector<Expr> dargs;
+    bool any = false;
+    for (Expr a : e->args()) {
+      dargs.push_back(a->isBool() ? nullptr : memo_.at(a));
+      any |= dargs.back() != nullptr;
+    }
+    return any ? detail::opImpl(e->op()).diff(ctx_, e, dargs) : nullptr;
+  }
+
   ExprContext &ctx_;
   Expr wrt_; // a variable or a constant (Param): leaves compare by pointer
   std::unordered_map<Expr, Expr> memo_;

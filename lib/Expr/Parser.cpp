@@ -12,6 +12,7 @@
 
 #include "Builtins.h"
 #include "Names.h"
+#include "Traversal.h"
 
 #include <charconv>
 #include <cmath>
@@ -636,18 +637,10 @@ private:
   friend struct NestGuard;
 
   static void collectParams(Expr e, std::set<std::string> &out) {
-    std::set<Expr> seen;
-    std::vector<Expr> stack{e};
-    while (!stack.empty()) {
-      Expr n = stack.back();
-      stack.pop_back();
-      if (!seen.insert(n).second)
-        continue;
+    detail::forEachNode({&e, 1}, [&](Expr n) {
       if (n->op() == Op::Param)
         out.insert(n->paramName());
-      for (Expr a : n->args())
-        stack.push_back(a);
-    }
+    });
   }
 
   ExprContext &ctx_;

@@ -15,6 +15,7 @@ namespace hsnn {
 namespace {
 
 constexpr size_t kMaxPrintedLength = size_t(1) << 20;
+constexpr uint32_t kMaxPrintedDepth = 4096;
 struct TooLong {};
 
 enum Prec { POr = 1, PAnd, PNot, PCompare, PAdd, PMul, PUnary, PPow, PAtom };
@@ -183,6 +184,9 @@ private:
 } // namespace
 
 std::string print(Expr e, const PrintOptions &options) {
+  // The printer recurses once per level; nothing readable is that deep.
+  if (e->depth() > kMaxPrintedDepth)
+    return fmt::format("<expression too deep to print ({} levels; the limit is {})>", e->depth(), kMaxPrintedDepth);
   Printer p(options);
   try {
     p.print(e);

@@ -8,6 +8,7 @@
 
 #include "Collect.h"
 #include "StableForms.h"
+#include "Traversal.h"
 
 #include <unordered_map>
 
@@ -45,36 +46,46 @@ class Simplifier {
 public:
   Simplifier(ExprContext &ctx, const SimplifyOptions &opt) : ctx_(ctx), opt_(opt) {}
 
-  Expr run(Expr e) {
-    if (auto it = memo_.find(e); it != memo_.end())
-      return it->second;
-    Expr r = e;
-    if (e->numArgs()) {
-      std::vector<Expr> args;
-      bool changed = false;
-      for (Expr a : e->args()) {
-        args.push_back(run(a));
-        changed |= args.back() != a;
-      }
-      if (changed)
-        r = ctx_.make(e->op(), args);
-    }
-    for (int i = 0; i < 8; ++i) { // each rule shrinks or stabilizes; 8 is ample
-      Expr next = rewrite(r);
-      if (next == r)
-        break;
-      r = next != r && next->numArgs() ? runChildren(next) : next;
-    }
-    memo_[e] = r;
-    return r;
+  Expr run(Expr root) {
+    return detail::postOrder(memo_, root, [&](Expr e) { return node(e); });
   }
 
 private:
-  Expr runChildren(Expr e) {
+  // Arguments are simplified (in memo_); rebuild, then rules until none applies.
+  Expr node(Expr e) {
+    Expr r = withSimplifiedArgs(e);
+    for (int i = 0; i < 8; ++i) { // each rule shrinks or stabilizes; 8 is ample
+      Expr next = rewrite(r);
+      if (next == r) {
+        // No rule: the canonical form of a sum or product (Collect.h).
+        next = detail::collectSum(ctx_, r, opt_.fast);
+        if (next == r)
+          next = detail::collectProduct(ctx_, r, opt_.fast);
+        if (next == r)
+          break;
+        settle(next);
+        r = next;
+        continue;
+      }
+      // A rule's new node may have new arguments: simplify those first.
+      if (next->numArgs())
+        for (Expr a : next->args())
+          run(a);
+      r = withSimplifiedArgs(next);
+    }
+    return r;
+  }
+
+  Expr withSimplifiedArgs(Expr e) {
+    if (!e->numArgs())
+      return e;
     std::vector<Expr> args;
-    for (Expr a : e->args())
-      args.push_back(run(a));
-    return ctx_.make(e->op(), args);
+    bool changed = false;
+    for (Expr a : e->args()) {
+      args.push_back(memo_.at(a));
+      changed |= args.back() != a;
+    }
+    return changed ? ctx_.make(e->op(), args) : e;
   }
 
   Expr rewrite(Expr e) {
@@ -151,10 +162,26 @@ private:
     default:
       break;
     }
-    // No rule: the canonical form of a sum or product (Collect.h).
-    if (Expr c = detail::collectSum(ctx_, e, opt_.fast); c != e)
-      return c;
-    return detail::collectProduct(ctx_, e, opt_.fast);
+    return e;
+  }
+
+  // A collected sum or product is canonical all the way down its spine of
+  // +, -, *, / and negations, and its factors were simplified before:
+  // recorded as fixed points, so its new inner nodes are not collected
+  // again (which made a product of n factors cost n**3).
+  void settle(Expr root) {
+    // Not the root itself: a rule may still apply to it.
+    std::vector<Expr> stack(root->args().begin(), root->args().end());
+    while (!stack.empty()) {
+      Expr e = stack.back();
+      stack.pop_back();
+      bool spine = e->op() == Op::Add || e->op() == Op::Sub || e->op() == Op::Mul || e->op() == Op::Div ||
+                   e->op() == Op::Neg;
+      if (!spine || !memo_.emplace(e, e).second)
+        continue;
+      for (Expr a : e->args())
+        stack.push_back(a);
+    }
   }
 
   ExprContext &ctx_;

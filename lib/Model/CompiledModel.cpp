@@ -1,6 +1,7 @@
 //===- lib/Model/CompiledModel.cpp - Formulas to tapes, once per layer or loss ===//
 #include "CompiledModel.h"
 
+#include "Expr/Traversal.h"
 #include "Program/Stopwatch.h"
 
 #include <algorithm>
@@ -21,45 +22,27 @@ bool readsVariable(const Program &p, Variable v) {
 // since a NaN makes its conditions false; pow(x, 0) is 1 even for NaN.
 unsigned nanReaching(Expr root) {
   std::unordered_map<Expr, unsigned> mask;
-  std::vector<std::pair<Expr, bool>> stack = {{root, false}}; // iterative: derivative DAGs run deep
-  while (!stack.empty()) {
-    auto [e, expanded] = stack.back();
-    if (mask.count(e)) {
-      stack.pop_back();
-      continue;
-    }
-    if (!expanded && e->numArgs()) {
-      stack.back().second = true;
-      for (Expr a : e->args())
-        if (!mask.count(a))
-          stack.push_back({a, false});
-      continue;
-    }
-    stack.pop_back();
+  return detail::postOrder(mask, root, [&](Expr e) {
     unsigned m = 0;
     switch (e->op()) {
     case Op::Var:
       m = 1u << unsigned(e->variable());
       break;
-    case Op::Number:
-    case Op::Param:
-      break;
     case Op::Piecewise:
       m = ~0u;
       for (size_t i = 0; i < e->numArgs(); i += 2)
-        m &= mask[e->arg(i)];
+        m &= mask.at(e->arg(i));
       break;
     case Op::Pow:
-      m = e->arg(1)->isNumber() && e->arg(1)->number() != 0 ? mask[e->arg(0)] : 0;
+      m = e->arg(1)->isNumber() && e->arg(1)->number() != 0 ? mask.at(e->arg(0)) : 0;
       break;
     default:
       if (!e->isBool())
         for (Expr a : e->args())
-          m |= mask[a];
+          m |= mask.at(a);
     }
-    mask[e] = m;
-  }
-  return mask[root];
+    return m;
+  });
 }
 
 // NaN in, NaN out, derivatives included: relu'(NaN) is NaN, not the slope

@@ -2,6 +2,7 @@
 #include "Program.h"
 
 #include "../Expr/OpTable.h"
+#include "../Expr/Traversal.h"
 
 #include <algorithm>
 #include <bit>
@@ -14,68 +15,47 @@ namespace hsnn::detail {
 Program Program::lower(std::span<const Expr> roots, std::span<const std::string> constants) {
   Program p;
   std::unordered_map<Expr, uint32_t> slotOf;
-  // Iterative post-order: derivative DAGs can be deeper than the C++ stack likes.
-  struct Frame {
-    Expr e;
-    size_t next;
-  };
-  for (Expr root : roots) {
-    std::vector<Frame> stack{{root, 0}};
-    while (!stack.empty()) {
-      Frame &f = stack.back();
-      if (slotOf.count(f.e)) {
-        stack.pop_back();
-        continue;
-      }
-      // A constant subexpression (sqrt(2*pi)) is one number, rounded once.
-      if (f.next == 0 && f.e->isConstant() && !f.e->isBool() && !f.e->isNumber()) {
-        Instr in;
-        in.op = Op::Number;
-        in.number = evalConstant(f.e);
-        slotOf[f.e] = uint32_t(p.code.size());
-        p.code.push_back(in);
-        stack.pop_back();
-        continue;
-      }
-      if (f.next < f.e->numArgs()) {
-        Expr child = f.e->arg(f.next++);
-        if (!slotOf.count(child))
-          stack.push_back({child, 0});
-        continue;
-      }
-      Instr in;
-      in.op = f.e->op();
-      in.isBool = f.e->isBool();
+  // A constant subexpression (sqrt(2*pi)) is one number, rounded once: its
+  // arguments get no slots.
+  auto folds = [](Expr e) { return e->isConstant() && !e->isBool() && !e->isNumber(); };
+  auto emit = [&](Expr e) {
+    Instr in;
+    in.op = e->op();
+    in.isBool = e->isBool();
+    if (folds(e)) {
+      in.op = Op::Number;
+      in.number = evalConstant(e);
+    } else {
       switch (in.op) {
       case Op::Number:
-        in.number = f.e->number();
+        in.number = e->number();
         break;
       case Op::True:
       case Op::False:
         in.op = Op::Number;
-        in.number = f.e->op() == Op::True;
+        in.number = e->op() == Op::True;
         break;
       case Op::Var:
-        in.var = f.e->variable();
+        in.var = e->variable();
         break;
       case Op::Param: {
-        auto it = std::find(constants.begin(), constants.end(), f.e->paramName());
+        auto it = std::find(constants.begin(), constants.end(), e->paramName());
         assert(it != constants.end() && "constant missing from the node's list");
         in.param = uint32_t(it - constants.begin());
         break;
       }
       default:
         in.argBegin = uint32_t(p.args.size());
-        in.numArgs = uint32_t(f.e->numArgs());
-        for (Expr a : f.e->args())
+        in.numArgs = uint32_t(e->numArgs());
+        for (Expr a : e->args())
           p.args.push_back(slotOf.at(a));
       }
-      slotOf[f.e] = uint32_t(p.code.size());
-      p.code.push_back(in);
-      stack.pop_back();
     }
-    p.outputs.push_back(slotOf.at(root));
-  }
+    p.code.push_back(in);
+    return uint32_t(p.code.size() - 1);
+  };
+  for (Expr root : roots)
+    p.outputs.push_back(postOrder(slotOf, root, emit, [&](Expr e) { return !folds(e); }));
   return p;
 }
 

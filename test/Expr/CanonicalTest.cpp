@@ -90,18 +90,39 @@ TEST_CASE("pi, E and square roots stay exact and are rounded once in the kernel"
 
 TEST_CASE("derivative tapes are no longer than before collecting") {
   // Operation counts of the simplified derivatives (instructions of the
-  // lowered tape, leaves included) before canonical forms, from the
-  // previous release: each must not grow.
+  // lowered tape, leaves included) before canonical forms (commit e7996ce):
+  // now gelu 22, the others equal.
   struct Case {
     const char *name;
     size_t before;
-  } cases[] = {{"gelu", 24}, {"silu", 14}, {"softplus", 4}, {"tanh", 11}, {"sigmoid", 5}};
+  } cases[] = {{"gelu", 24}, {"silu", 14}, {"softplus", 2}, {"tanh", 11}, {"sigmoid", 5}};
   for (const Case &c : cases) {
     ExprContext ctx;
     CAPTURE(c.name);
     Expr d = differentiate(ctx, mustParse(ctx, c.name).expr, Variable::Num);
     detail::Program p = detail::Program::lower({&d, 1}, {});
-    MESSAGE(c.name, " ", p.code.size());
     CHECK(p.code.size() <= c.before);
   }
+}
+
+TEST_CASE("every pass walks a DAG deeper than any stack without recursing") {
+  // Nested calls far past the parser's 128 levels (derivatives and
+  // programmatic builds do not): simplify, differentiate, lower, evaluate.
+  constexpr int kLevels = 20000;
+  ExprContext ctx;
+  Expr x = ctx.variable(Variable::Num);
+  Expr e = x;
+  for (int i = 0; i < kLevels; ++i)
+    e = ctx.call(i % 2 ? Op::Sin : Op::Tanh, ctx.mul(ctx.number(0.5), e));
+  Expr s = simplify(ctx, e);
+  Expr d = differentiate(ctx, s, Variable::Num);
+  CHECK(d->depth() > kLevels);
+  CHECK(print(d).starts_with("<expression too deep to print"));
+  detail::Program p = detail::Program::lower({&d, 1}, {});
+  CHECK(p.code.size() > 2 * kLevels);
+  // Each level scales the slope by about 0.5: the derivative underflows to 0, exactly, not NaN.
+  CHECK(evalAt<double>(d, 0.25) == 0);
+  Formula shallow = mustParse(ctx, "sin(0.5*tanh(0.5*x))");
+  CHECK(evalAt<double>(differentiate(ctx, shallow.expr, Variable::Num), 0.25) ==
+        doctest::Approx(0.25 * std::cos(0.5 * std::tanh(0.125)) / std::cosh(0.125) / std::cosh(0.125)));
 }
