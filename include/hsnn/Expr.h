@@ -99,7 +99,8 @@ using Expr = const Node *;
 ///
 /// The builders apply only folds that are exact under IEEE 754 for every
 /// input, including NaN, infinities and signed zeros: constant folding when
-/// the result is finite, x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, x + x ->
+/// the result is finite (arithmetic always; a function of numbers only when
+/// the result is an integer, so sqrt(2) and log(2) stay exact), x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, x + x ->
 /// 2*x, x**2 -> x*x, and a canonical operand order for Max/Min (numbers
 /// first, then by structure).
 /// They never fold x*0 or x-x.

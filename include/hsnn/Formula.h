@@ -106,7 +106,8 @@ struct SimplifyOptions {
 /// IEEE-safe simplification plus numerically stable rewrites:
 /// log(1+exp(u)) -> softplus(u), 1/(1+exp(-u)) -> sigmoid(u),
 /// v/(1+exp(-u)) -> v*sigmoid(u), log(1+u) -> log1p(u), exp(u)-1 -> expm1(u),
-/// u**2 -> u*u, u**-1 -> 1/u. Returns the same node when nothing changes.
+/// u**2 -> u*u, u**-1 -> 1/u, and the canonical sums and products of
+/// lib/Expr/Collect.h. Returns the same node when nothing changes.
 Expr simplify(ExprContext &ctx, Expr e, const SimplifyOptions &options = {});
 
 /// d e / d v, simplified. The rules define every kink (see docs in README):
