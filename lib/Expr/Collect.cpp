@@ -12,8 +12,9 @@ namespace {
 // Sums and products with more atoms than this are not collected.
 constexpr size_t kMaxAtoms = 256;
 
-// Exact double arithmetic or nothing: coefficients combine only when no
-// rounding happens, so collecting never moves a value by an ulp on its own.
+// Where collecting would round, it does not combine: a coefficient's two
+// sides (x*2/3) become one number only when the division is exact, and
+// sqrt(c)**2 folds to c only when c**k is exact.
 bool mulExact(double a, double b, double &r) {
   r = a * b;
   return std::isfinite(r) && std::fma(a, b, -r) == 0;

@@ -16,8 +16,10 @@
 //   bounded for every finite input (sin(x)*cos(x), tanh(u) of a finite u), so
 //   0 replaces NaN only where an input is already inf or NaN; otherwise the
 //   sum is left as written. Likewise x/x is left alone (0/0, inf/inf).
-// - Coefficients combine only when the result is exact in double; otherwise
-//   the expression keeps its numbers as written (x/3 stays x/3, not x*0.333).
+// - Numbers on one side of a division multiply as the builder folds them;
+//   the two sides become one number only when that is exact (x/3 stays
+//   x/3, not x*0.333). x/b/b stays so for a b that can be large (b*b could
+//   overflow), and a sum whose terms do not combine keeps its association.
 // SimplifyOptions::fast drops every cancelled term and base.
 //
 //===----------------------------------------------------------------------===//
