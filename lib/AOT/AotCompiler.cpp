@@ -63,19 +63,20 @@ Expected<Target> makeTarget(const AotOptions &o) {
   });
   std::string host = llvm::sys::getDefaultTargetTriple();
   std::string triple = o.triple.empty() ? host : o.triple;
-  std::string err;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
-  if (!target)
-    return Error(ErrorCode::InvalidArgument, fmt::format("unknown target '{}': {}", triple, err));
   // Kernels use 64-bit indices, doubles and libm: LLVM's other backends
   // (bpf, amdgcn, 32-bit ones) stop the process with a fatal error on them,
-  // so only the targets the emitter is made for get this far.
+  // so only the targets the emitter is made for get further. Checked before
+  // the registry, which in a static build holds the host's backend only.
   llvm::Triple::ArchType arch = llvm::Triple(triple).getArch();
-  if (arch != llvm::Triple::x86_64 && arch != llvm::Triple::aarch64)
+  if (arch != llvm::Triple::UnknownArch && arch != llvm::Triple::x86_64 && arch != llvm::Triple::aarch64)
     return Error(ErrorCode::Unsupported,
                  fmt::format("target '{}' is not supported for CPU kernels: use an x86_64 or aarch64 triple (GPU "
                              "kernels: --emit ptx)",
                              triple));
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target)
+    return Error(ErrorCode::InvalidArgument, fmt::format("unknown target '{}': {}", triple, err));
   bool native = llvm::Triple(triple).getArch() == llvm::Triple(host).getArch() && o.cpu.empty();
   std::string cpu = !o.cpu.empty() ? o.cpu : native ? llvm::sys::getHostCPUName().str() : "generic";
   std::string features = o.features;
