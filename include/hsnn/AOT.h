@@ -28,6 +28,7 @@
 #include "hsnn/Error.h"
 #include "hsnn/Layer.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ struct AotOptions {
   /// Losses: the reduction of the header's NAME_loss and NAME_loss_gradient
   /// (mean divides by n and scales the gradient by 1/n; sum does neither).
   Reduction reduction = Reduction::Mean;
+  /// Told as machine code is generated, in functions (done, total): a layer
+  /// of thousands of distinct formulas takes seconds. Called on the
+  /// compiling thread.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 struct AotArtifact {

@@ -132,6 +132,7 @@ std::string upperCase(const std::string &s) {
 detail::PipelineOptions pipelineOptions(const Target &target, const AotOptions &options) {
   detail::PipelineOptions po;
   po.optLevel = options.optLevel;
+  po.progress = options.progress;
   po.emit = target.emit;
   po.output = options.output == AotOutput::Object     ? detail::OutputKind::Object
               : options.output == AotOutput::Assembly ? detail::OutputKind::Assembly

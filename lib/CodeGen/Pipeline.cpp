@@ -7,6 +7,7 @@
 #include <llvm/Analysis/LoopAnalysisManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
+#include <llvm/Pass.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
@@ -20,6 +21,26 @@
 #include <fmt/format.h>
 
 namespace hsnn::detail {
+namespace {
+/// A legacy function pass that only counts: the code generator is a legacy
+/// pass pipeline, and this is how one sees inside it.
+class ProgressPass : public llvm::FunctionPass {
+public:
+  static char ID;
+  explicit ProgressPass(std::function<void()> tick) : llvm::FunctionPass(ID), tick_(std::move(tick)) {}
+  bool runOnFunction(llvm::Function &f) override {
+    if (!f.isDeclaration())
+      tick_();
+    return false;
+  }
+  void getAnalysisUsage(llvm::AnalysisUsage &au) const override { au.setPreservesAll(); }
+  llvm::StringRef getPassName() const override { return "hsnn progress"; }
+
+private:
+  std::function<void()> tick_;
+};
+char ProgressPass::ID = 0;
+} // namespace
 namespace {
 
 // The emitter's kernels are single loops over straight-line vector code,
@@ -108,6 +129,14 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
       if (tm.addPassesToEmitFile(pm, os, nullptr, kind))
         return Error(ErrorCode::Unsupported,
                      fmt::format("target {} cannot emit this kind of file", tm.getTargetTriple().str()));
+      if (options.progress) {
+        size_t total = 0;
+        for (const llvm::Function &f : module)
+          total += !f.isDeclaration();
+        // Appended after the code generator's per-function passes, so it
+        // runs as each function's machine code is done.
+        pm.add(new ProgressPass([&, done = size_t(0)]() mutable { options.progress(++done, total); }));
+      }
       pm.run(module);
     }
   }

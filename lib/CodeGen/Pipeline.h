@@ -38,6 +38,9 @@ struct PipelineOptions {
   int optLevel = 3; ///< 0: no optimisation; 1: fast code generation; 2, 3: full
   EmitOptions emit;
   OutputKind output = OutputKind::Object;
+  /// Told after each function's machine code is generated (done, total):
+  /// code generation is most of a large compile.
+  std::function<void(size_t, size_t)> progress;
 };
 
 /// Adds more functions to the module before optimisation (AOT entry points).

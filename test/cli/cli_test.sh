@@ -106,6 +106,12 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
     expect compile-arch-$a 1 "hsnn-jit compile: error: GPU architecture '$a' is not one LLVM 19.1.7 generates code for (the newest is sm_90a); devices newer than sm_90, such as sm_100 and sm_120, run sm_90 PTX, which their driver assembles" -- compile "$dir/good.json" --emit ptx --gpu-arch $a -o "$dir/x.ptx"
   done
   [ ! -e "$dir/x.o" ] && [ ! -e "$dir/x.ptx" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a failed compile left a file"; }
+  # --progress reports code generation on a pipe, a line per tenth; without it a pipe stays quiet.
+  last=$("$J" compile "$dir/good.json" --emit obj -o "$dir/p.o" --progress 2>&1 | tail -1)
+  [[ "$last" =~ ^generating\ code:\ 100%\ \(([0-9]+)/([0-9]+)\ functions\)$ ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+    [ -z "$("$J" compile "$dir/good.json" --emit obj -o "$dir/p.o" 2>&1)" ] && pass=$((pass + 1)) ||
+    { fail=$((fail + 1)); echo "FAIL compile --progress: '$last'"; }
+  rm -f "$dir/p.o"
   "$J" compile "$dir/good.json" --emit header -o - > "$dir/stdout.h" && grep -q 'good_forward' "$dir/stdout.h" && [ ! -e ./- ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL -o - writes to stdout"; }
   printf '%s' '{"name": "hs", "mode": "loss", "formula": "huber", "reduction": "sum"}' > "$dir/sum.json"
   "$J" compile "$dir/sum.json" --emit header -o "$dir/sum.h" && "$J" compile "$dir/loss.json" --emit header -o "$dir/mean.h"

@@ -1,5 +1,6 @@
 //===- tools/hsnn-jit/CompileCommand.cpp - hsnn-jit compile (AOT) ---------===//
 #include "Commands.h"
+#include "ProgressBar.h"
 
 #include "hsnn/AOT.h"
 #include "hsnn/Formula.h"
@@ -27,7 +28,7 @@ namespace {
 constexpr const char *kCompileHelp =
     R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx|cubin [-o OUT]
                         [--target TRIPLE] [--cpu NAME] [--gpu-arch sm_XY]
-                        [--bake-constants] [-O0|-O1|-O2|-O3] [-v]
+                        [--bake-constants] [-O0|-O1|-O2|-O3] [--progress] [-v]
 
 Compiles a layer or loss described in SPEC.json ahead of time:
   {"name": "layer1", "mode": "activation", "dtype": "f32", "layout": "nodes_major",
@@ -41,6 +42,8 @@ obj + header give C entry points that need no LLVM, TBB or hsnn at link time
 it. OUT defaults to NAME.o, NAME.s, NAME.ll, NAME.h, NAME.ptx or NAME.cubin;
 -o - writes to standard output. --target takes x86_64 and aarch64 triples;
 --cpu defaults to this machine's CPU. Unknown keys in SPEC are errors.
+Code generation shows a progress bar on a terminal once it has taken a
+second; --progress also reports it on a pipe or file, a line per tenth.
 )";
 
 struct Spec {
@@ -288,7 +291,7 @@ bool writeOutput(const std::string &path, std::string_view bytes) {
 int runCompile(std::span<const std::string_view> args) {
   std::optional<std::string> specPath, out, emit;
   std::string gpuArch = "sm_80";
-  bool verbose = false;
+  bool verbose = false, progress = false;
   AotOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
@@ -316,6 +319,8 @@ int runCompile(std::span<const std::string_view> args) {
       gpuArch = *v;
     } else if (a == "-v" || a == "--verbose") {
       verbose = true;
+    } else if (a == "--progress") {
+      progress = true;
     } else if (a == "--bake-constants") {
       o.bakeConstants = true;
     } else if (a.size() == 3 && a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3') {
@@ -394,6 +399,9 @@ int runCompile(std::span<const std::string_view> args) {
     return writeOutput(out.value_or(s.name + ".cubin"), cubin) ? Ok : BadInput;
   }
   o.reduction = s.reduction;
+  ProgressBar bar("generating code", "functions", progress);
+  if (*emit != "llvm-ir" && *emit != "header")
+    o.progress = [&](size_t done, size_t total) { bar.update(done, total); };
   auto artifact = s.mode == FormulaMode::Loss ? compileLossAot(s.name, s.formula, s.constants, s.dtype, o)
                                               : compileLayerAot(s.name, s.nodes, s.dtype, s.layout, o);
   if (!artifact)
