@@ -10,6 +10,7 @@
 #include <cstring>
 #include <doctest/doctest.h>
 #include <map>
+#include <random>
 #include <string>
 
 // Errors are values: check one and show its message when it is set.
@@ -116,5 +117,51 @@ inline std::vector<std::string> activationFormulas(std::initializer_list<const c
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }
+
+// A random numeric expression over the activation variable.
+/// Random expressions for property tests (round trips, simplification).
+class RandomExpr {
+public:
+  RandomExpr(ExprContext &ctx, uint64_t seed) : ctx_(ctx), rng_(seed) {}
+
+  Expr num(int depth) {
+    int pick = int(rng_() % (depth <= 0 ? 4 : 14));
+    Expr x = ctx_.variable(Variable::Num);
+    switch (pick) {
+    case 0: return x;
+    case 1: return ctx_.param(rng_() % 2 ? "alpha" : "beta");
+    case 2: return ctx_.number(double(int(rng_() % 21) - 10) / 4);
+    case 3: return ctx_.number(std::ldexp(double(rng_() % 1000) + 0.1, int(rng_() % 40) - 20));
+    case 4: return ctx_.add(num(depth - 1), num(depth - 1));
+    case 5: return ctx_.sub(num(depth - 1), num(depth - 1));
+    case 6: return ctx_.mul(num(depth - 1), num(depth - 1));
+    case 7: return ctx_.div(num(depth - 1), num(depth - 1));
+    case 8: return ctx_.pow(num(depth - 1), num(depth - 1));
+    case 9: return ctx_.neg(num(depth - 1));
+    case 10: {
+      static const Op unary[] = {Op::Sin, Op::Exp, Op::Abs, Op::Softplus, Op::Sigmoid, Op::Erf, Op::Log1p, Op::Sign};
+      return ctx_.call(unary[rng_() % std::size(unary)], num(depth - 1));
+    }
+    case 11: return ctx_.make(rng_() % 2 ? Op::Max : Op::Min, {num(depth - 1), num(depth - 1)});
+    case 12: return ctx_.make(Op::Atan2, {num(depth - 1), num(depth - 1)});
+    default: return ctx_.make(Op::Piecewise, {num(depth - 1), cond(depth - 1), num(depth - 1), cond(depth - 1), num(depth - 1)});
+    }
+  }
+
+  Expr cond(int depth) {
+    static const Op cmp[] = {Op::Lt, Op::Le, Op::Gt, Op::Ge, Op::Eq, Op::Ne};
+    switch (depth <= 0 ? 0 : rng_() % 4) {
+    case 0: return ctx_.make(cmp[rng_() % 6], {num(depth - 1), num(depth - 1)});
+    case 1: return ctx_.make(Op::And, {cond(depth - 1), cond(depth - 1)});
+    case 2: return ctx_.make(Op::Or, {cond(depth - 1), cond(depth - 1)});
+    default: return ctx_.make(Op::Not, {cond(depth - 1)});
+    }
+  }
+
+private:
+  ExprContext &ctx_;
+  std::mt19937_64 rng_;
+};
+
 
 } // namespace hsnn::test
