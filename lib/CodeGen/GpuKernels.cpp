@@ -239,8 +239,9 @@ public:
     return llvm::Error::success();
   }
 
-  /// SUM(partials, count, result), launched as one warp: lane l adds
-  /// partials l, l + 32, ... in order, then the warp adds the lanes.
+  /// SUM(partials, count, result), one warp per segment (block x): lane l
+  /// adds partials[segment*count + l], + 32, ... in order, then the warp adds
+  /// the lanes into result[segment]. A loss sum is one segment.
   llvm::Error sum(const std::string &symbol) {
     Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
     auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, i64, ptr}, false));
@@ -252,13 +253,15 @@ public:
                *exit = BasicBlock::Create(ctx_, "exit", f);
     IRBuilder<> b(entry);
     Value *lane = sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), *count = f->getArg(1);
+    Value *segment = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    Value *partials = b.CreateInBoundsGEP(f64, f->getArg(0), b.CreateMul(segment, count));
     b.CreateCondBr(b.CreateICmpSLT(lane, count), loop, exit);
     b.SetInsertPoint(loop);
     PHINode *k = b.CreatePHI(i64, 2, "k");
     PHINode *acc = b.CreatePHI(f64, 2, "sum");
     k->addIncoming(lane, entry);
     acc->addIncoming(ConstantFP::get(f64, 0.0), entry);
-    Value *accNext = b.CreateFAdd(acc, b.CreateLoad(f64, b.CreateInBoundsGEP(f64, f->getArg(0), k)));
+    Value *accNext = b.CreateFAdd(acc, b.CreateLoad(f64, b.CreateInBoundsGEP(f64, partials, k)));
     Value *kNext = b.CreateAdd(k, b.getInt64(kWarp));
     k->addIncoming(kNext, loop);
     acc->addIncoming(accNext, loop);
@@ -267,7 +270,156 @@ public:
     PHINode *mine = b.CreatePHI(f64, 2, "mine");
     mine->addIncoming(ConstantFP::get(f64, 0.0), entry);
     mine->addIncoming(accNext, loop);
-    storeWarpSum(b, f, mine, f->getArg(2), b.getInt64(0));
+    storeWarpSum(b, f, mine, f->getArg(2), segment);
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+  /// LAYER_CONSTANT_GRADIENT(z, err, partials, params, units, offsets, batch,
+  /// nodes, firstNode): for each node (grid y, from firstNode) the sums over
+  /// its batch of err * df/dc, one per constant c of its formula; x walks the
+  /// batch. Each warp leaves one partial per (node, c) at
+  /// partials[(node*K + c)*warpsPerNode + warp], K the most constants of any
+  /// formula; `sum` adds them, a segment per (node, c). Sums are in double,
+  /// as on the CPU; every lane reaches the shuffles, with or without elements.
+  llvm::Error layerConstantGradient(const GpuLayerKernel &k) {
+    Type *t = elementType(k.dtype);
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
+    auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false));
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    for (unsigned readOnly : {0u, 1u, 3u, 4u, 5u})
+      f->addParamAttr(readOnly, Attribute::ReadOnly);
+    size_t K = 0;
+    for (const Program *p : k.units)
+      K = std::max(K, p->outputs.size());
+    Value *batch = f->getArg(6), *nodes = f->getArg(7), *firstNode = f->getArg(8);
+
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
+               *latch = BasicBlock::Create(ctx_, "latch", f), *exit = BasicBlock::Create(ctx_, "exit", f);
+    IRBuilder<> b(entry);
+    if (opt_.fastMath)
+      b.setFastMathFlags(FastMathFlags::getFast());
+    auto [start, step] = gridStride(b);
+    Value *node = b.CreateAdd(firstNode, sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_y));
+    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(4), node), "unit");
+    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(5), node), "offset");
+    Value *params = b.CreateInBoundsGEP(f64, f->getArg(3), offset);
+    b.CreateCondBr(b.CreateICmpSLT(start, batch), loop, exit);
+
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(start, entry);
+    std::vector<PHINode *> acc;
+    for (size_t c = 0; c < K; ++c) {
+      acc.push_back(b.CreatePHI(f64, 2, "sum"));
+      acc.back()->addIncoming(ConstantFP::get(f64, 0.0), entry);
+    }
+    Value *at = k.layout == Layout::NodesMajor ? b.CreateAdd(b.CreateMul(node, batch), i) : b.CreateAdd(b.CreateMul(i, nodes), node);
+    Value *z = b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(0), at));
+    Value *err = b.CreateFPExt(b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(1), at)), f64);
+    // Each formula's sums, merged in the latch (fewer constants: unchanged).
+    std::vector<std::vector<std::pair<Value *, BasicBlock *>>> incoming(K);
+    for (size_t c = 0; c < K; ++c)
+      incoming[c].push_back({acc[c], loop});
+    SwitchInst *sw = b.CreateSwitch(unit, latch, unsigned(k.units.size()));
+    for (size_t u = 0; u < k.units.size(); ++u) {
+      const Program &p = *k.units[u];
+      BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, latch);
+      sw->addCase(b.getInt32(uint32_t(u)), body);
+      b.SetInsertPoint(body);
+      std::vector<Value *> slot;
+      lowering_.constants(b, p, params, t, slot);
+      Value *vars[3] = {z, nullptr, nullptr};
+      if (llvm::Error e = lowering_.evaluate(b, p, slot, vars, t))
+        return e;
+      for (size_t c = 0; c < K; ++c) {
+        Value *v = acc[c];
+        if (c < p.outputs.size())
+          v = b.CreateFAdd(acc[c], b.CreateFMul(err, b.CreateFPExt(slot[p.outputs[c]], f64)));
+        incoming[c].push_back({v, b.GetInsertBlock()});
+      }
+      b.CreateBr(latch);
+    }
+
+    b.SetInsertPoint(latch);
+    std::vector<Value *> merged;
+    for (size_t c = 0; c < K; ++c) {
+      PHINode *m = b.CreatePHI(f64, unsigned(incoming[c].size()), "merged");
+      for (auto &[v, from] : incoming[c])
+        m->addIncoming(v, from);
+      acc[c]->addIncoming(m, latch);
+      merged.push_back(m);
+    }
+    Value *next = b.CreateAdd(i, step, "i.next", true, true);
+    i->addIncoming(next, latch);
+    b.CreateCondBr(b.CreateICmpSLT(next, batch), loop, exit);
+
+    b.SetInsertPoint(exit);
+    Value *warp = b.CreateUDiv(start, b.getInt64(kWarp)), *warps = b.CreateUDiv(step, b.getInt64(kWarp));
+    std::vector<Value *> mine = exitSums(b, entry, latch, merged);
+    for (size_t c = 0; c < K; ++c) {
+      Value *segment = b.CreateAdd(b.CreateMul(node, b.getInt64(K)), b.getInt64(c));
+      storeWarpSum(b, f, mine[c], f->getArg(2), b.CreateAdd(b.CreateMul(segment, warps), warp));
+    }
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+  /// LOSS_CONSTANT_GRADIENT(y_pred, y_true, partials, params, n): the sums
+  /// over the elements of dl/dc, one per constant; each warp leaves one
+  /// partial per constant at partials[c*warps + warp] for `sum` (a segment
+  /// per constant). The host applies the reduction's scale.
+  llvm::Error lossConstantGradient(const KernelRequest &r) {
+    Type *t = elementType(r.dtype);
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
+    auto fn = kernel(r.symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, i64}, false));
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    for (unsigned readOnly : {0u, 1u, 3u})
+      f->addParamAttr(readOnly, Attribute::ReadOnly);
+    const Program &p = *r.program;
+    size_t K = p.outputs.size();
+    Value *n = f->getArg(4);
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
+               *exit = BasicBlock::Create(ctx_, "exit", f);
+    IRBuilder<> b(entry);
+    if (opt_.fastMath)
+      b.setFastMathFlags(FastMathFlags::getFast());
+    std::vector<Value *> slot;
+    lowering_.constants(b, p, f->getArg(3), t, slot);
+    auto [start, step] = gridStride(b);
+    b.CreateCondBr(b.CreateICmpSLT(start, n), loop, exit);
+
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(start, entry);
+    std::vector<PHINode *> acc;
+    for (size_t c = 0; c < K; ++c) {
+      acc.push_back(b.CreatePHI(f64, 2, "sum"));
+      acc.back()->addIncoming(ConstantFP::get(f64, 0.0), entry);
+    }
+    Value *vars[3] = {nullptr, b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(0), i)),
+                      b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(1), i))};
+    if (llvm::Error e = lowering_.evaluate(b, p, slot, vars, t))
+      return e;
+    std::vector<Value *> next;
+    for (size_t c = 0; c < K; ++c)
+      next.push_back(b.CreateFAdd(acc[c], b.CreateFPExt(slot[p.outputs[c]], f64)));
+    Value *iNext = b.CreateAdd(i, step, "i.next", true, true);
+    BasicBlock *latch = b.GetInsertBlock();
+    i->addIncoming(iNext, latch);
+    for (size_t c = 0; c < K; ++c)
+      acc[c]->addIncoming(next[c], latch);
+    b.CreateCondBr(b.CreateICmpSLT(iNext, n), loop, exit);
+
+    b.SetInsertPoint(exit);
+    Value *warp = b.CreateUDiv(start, b.getInt64(kWarp)), *warps = b.CreateUDiv(step, b.getInt64(kWarp));
+    std::vector<Value *> mine = exitSums(b, entry, latch, next);
+    for (size_t c = 0; c < K; ++c)
+      storeWarpSum(b, f, mine[c], f->getArg(2), b.CreateAdd(b.CreateMul(b.getInt64(c), warps), warp));
     b.CreateRetVoid();
     return llvm::Error::success();
   }
@@ -295,6 +447,21 @@ private:
                                                                                    ConstantInt::get(Type::getInt32Ty(ctx_), 1))};
     m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
     return f;
+  }
+
+  /// A thread's sums where its loop ends: 0 from `entry` (no element),
+  /// else the loop's; every phi first, before the shuffles add blocks.
+  std::vector<Value *> exitSums(IRBuilder<> &b, BasicBlock *entry, BasicBlock *latch, const std::vector<Value *> &sums) {
+    std::vector<Value *> mine;
+    IRBuilder<>::InsertPointGuard guard(b);
+    b.SetInsertPoint(b.GetInsertBlock(), b.GetInsertBlock()->getFirstInsertionPt());
+    for (Value *s : sums) {
+      PHINode *phi = b.CreatePHI(b.getDoubleTy(), 2, "mine");
+      phi->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), entry);
+      phi->addIncoming(s, latch);
+      mine.push_back(phi);
+    }
+    return mine;
   }
 
   /// v shifted down `delta` lanes across the warp (a double is two 32-bit
@@ -339,12 +506,12 @@ llvm::Error emitGpuKernels(Module &module, const GpuModuleSpec &spec, const Emit
     return make_error<StringError>("GPU kernels need EmitOptions::gpu", inconvertibleErrorCode());
   GpuKernelBuilder kb(module, options);
   for (const GpuLayerKernel &k : spec.layers)
-    if (llvm::Error e = kb.layer(k))
+    if (llvm::Error e = k.kind == KernelKind::ConstantGradient ? kb.layerConstantGradient(k) : kb.layer(k))
       return e;
   for (const KernelRequest &r : spec.losses) {
     if (!isLoss(r.kind))
       return make_error<StringError>("GPU kernel " + r.symbol + " is not a loss kernel", inconvertibleErrorCode());
-    if (llvm::Error e = kb.loss(r))
+    if (llvm::Error e = r.kind == KernelKind::LossConstantGradient ? kb.lossConstantGradient(r) : kb.loss(r))
       return e;
   }
   if (!spec.sumKernel.empty())

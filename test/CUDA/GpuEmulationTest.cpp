@@ -162,6 +162,9 @@ using LayerKernel = void(const void *, const void *, void *, void *, const doubl
                          int64_t, int64_t, int64_t);
 template <class T> using LossKernel = void(const T *, const T *, T *, const double *, int64_t, T, double *);
 using SumKernel = void(const double *, int64_t, double *);
+using LayerConstantGradientKernel = void(const void *, const void *, double *, const double *, const uint32_t *,
+                                         const uint64_t *, int64_t, int64_t, int64_t);
+template <class T> using LossConstantGradientKernel = void(const T *, const T *, double *, const double *, int64_t);
 
 template <class T> void expectClose(T got, T want, uint64_t ulps) {
   if (sameOrBothNaN(got, want))
@@ -243,6 +246,112 @@ template <class T> void compareLayer(Layout layout) {
   }
 }
 
+// d/dc of every node's constants, summed over the batch with err: the
+// kernel in a 2 x nodes grid (split at node 10), then one warp per (node,
+// constant) adds the 4 partials each warp row left.
+template <class T> void compareConstantGradient(Layout layout) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  CAPTURE(to_string(layout));
+  std::vector<NodeSpec> nodes;
+  const char *formulas[] = {"sin(num*w)*alpha", "relu", "Piecewise((num, num > 0), (beta*num, True))", "elu", "tanh"};
+  for (size_t j = 0; j < 13; ++j) {
+    std::string f = formulas[j % std::size(formulas)];
+    std::map<std::string, double> c;
+    if (j % 5 == 0)
+      c = {{"alpha", 0.5 + double(j)}, {"w", 1.0 + 0.1 * double(j)}};
+    if (j % 5 == 2)
+      c = {{"beta", 0.01 * double(j + 1)}};
+    nodes.push_back({f, c});
+  }
+  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
+  REQUIRE(ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::activation(nodes, {.dtype = dt, .layout = layout}, warnings);
+  REQUIRE(compiled);
+  const detail::CompiledModel &model = **compiled;
+  detail::GpuModuleSpec spec;
+  detail::GpuLayerKernel kernel{"cg", detail::KernelKind::ConstantGradient, dt, layout, {}};
+  size_t K = 0;
+  for (const detail::CodeUnit &u : model.units) {
+    kernel.units.push_back(u.programs[size_t(detail::KernelKind::ConstantGradient)]);
+    K = std::max(K, kernel.units.back()->outputs.size());
+  }
+  REQUIRE(K == 2);
+  spec.layers.push_back(std::move(kernel));
+  spec.sumKernel = "add";
+  EmulatedModule module(spec);
+
+  const size_t batch = 300, n = nodes.size() * batch, warpsPerNode = 2 * 64 / 32;
+  std::vector<T> z(n), err(n);
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<double> pick(-3, 3);
+  for (size_t i = 0; i < n; ++i) {
+    z[i] = T(pick(rng));
+    err[i] = T(pick(rng));
+  }
+  std::vector<double> params = model.defaultParams, partials(nodes.size() * K * warpsPerNode, -1.0),
+                      sums(nodes.size() * K, 0.0);
+  int64_t nb = int64_t(batch), nn = int64_t(nodes.size());
+  auto *k = module.kernel<LayerConstantGradientKernel>("cg");
+  launch(2, 10, 64, [&] { k(z.data(), err.data(), partials.data(), params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
+  launch(2, unsigned(nn - 10), 64,
+         [&] { k(z.data(), err.data(), partials.data(), params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 10); });
+  for (double p : partials)
+    CHECK(p != -1.0); // every warp wrote every partial, zeros for formulas with fewer constants
+  auto *add = module.kernel<SumKernel>("add");
+  launch(unsigned(nodes.size() * K), 1, 32, [&] { add(partials.data(), int64_t(warpsPerNode), sums.data()); });
+
+  std::vector<double> want(model.defaultParams.size());
+  REQUIRE_OK(ref->constantGradients(z, err, want, batch));
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    size_t kj = model.units[model.unitOf[j]].programs[size_t(detail::KernelKind::ConstantGradient)]->outputs.size();
+    for (size_t c = 0; c < K; ++c) {
+      CAPTURE(j);
+      CAPTURE(c);
+      if (c < kj)
+        CHECK(sums[j * K + c] == doctest::Approx(want[model.offsets[j] + c]).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-12));
+      else
+        CHECK(sums[j * K + c] == 0);
+    }
+  }
+}
+
+template <class T> void compareLossConstantGradient(const char *name) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  CAPTURE(name);
+  auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
+  REQUIRE(ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::loss(name, {}, {.dtype = dt}, warnings);
+  REQUIRE(compiled);
+  const detail::CompiledModel &model = **compiled;
+  const detail::Program *program = model.units[0].programs[size_t(detail::KernelKind::LossConstantGradient)];
+  size_t K = program->outputs.size();
+  REQUIRE(K == 1);
+  detail::GpuModuleSpec spec;
+  spec.losses.push_back({"lcg", program, detail::KernelKind::LossConstantGradient, dt});
+  spec.sumKernel = "add";
+  EmulatedModule module(spec);
+  const int64_t n = 1000;
+  std::vector<T> yp(n), yt(n);
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<double> pick(-2, 2);
+  for (int64_t i = 0; i < n; ++i) {
+    yp[size_t(i)] = T(pick(rng));
+    yt[size_t(i)] = T(pick(rng));
+  }
+  std::vector<double> params = model.defaultParams, partials(6 * K, -1.0), sums(K, 0.0);
+  auto *k = module.kernel<LossConstantGradientKernel<T>>("lcg");
+  launch(3, 1, 64, [&] { k(yp.data(), yt.data(), partials.data(), params.data(), n); });
+  for (double p : partials)
+    CHECK(p != -1.0);
+  auto *add = module.kernel<SumKernel>("add");
+  launch(unsigned(K), 1, 32, [&] { add(partials.data(), 6, sums.data()); });
+  std::vector<double> want(K);
+  REQUIRE_OK(ref->constantGradients(yp, yt, want));
+  CHECK(sums[0] == doctest::Approx(want[0]).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-12));
+}
+
 template <class T> void compareLoss(const char *name) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
   CAPTURE(name);
@@ -310,6 +419,17 @@ TEST_CASE("GPU layer kernels, emulated on CPU threads, match the interpreter in 
   compareLayer<float>(Layout::BatchMajor);
   compareLayer<double>(Layout::NodesMajor);
   compareLayer<double>(Layout::BatchMajor);
+}
+
+TEST_CASE("GPU constant-gradient kernels, emulated on CPU threads, match the interpreter's sums") {
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    compareConstantGradient<float>(layout);
+    compareConstantGradient<double>(layout);
+  }
+  for (const char *name : {"huber", "smooth_l1"}) {
+    compareLossConstantGradient<float>(name);
+    compareLossConstantGradient<double>(name);
+  }
 }
 
 TEST_CASE("GPU loss kernels, emulated on CPU threads, reduce through warp shuffles to the interpreter's sum") {

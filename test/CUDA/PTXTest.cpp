@@ -48,11 +48,14 @@ struct Requests {
 
 Requests allKernels(DType dtype) {
   Requests r;
-  detail::GpuLayerKernel kernels[2][3];
+  // The three elementwise kinds and the constant gradient, per layout.
+  constexpr detail::KernelKind kKinds[] = {detail::KernelKind::Forward, detail::KernelKind::Backward,
+                                           detail::KernelKind::Fused, detail::KernelKind::ConstantGradient};
+  detail::GpuLayerKernel kernels[2][4];
   for (size_t l = 0; l < 2; ++l)
-    for (size_t k = 0; k < 3; ++k)
-      kernels[l][k] = {fmt::format("layer_{}_{}", l, detail::kindName(detail::KernelKind(k))), detail::KernelKind(k),
-                       dtype, l ? Layout::BatchMajor : Layout::NodesMajor, {}};
+    for (size_t k = 0; k < 4; ++k)
+      kernels[l][k] = {fmt::format("layer_{}_{}", l, detail::kindName(kKinds[k])), kKinds[k], dtype,
+                       l ? Layout::BatchMajor : Layout::NodesMajor, {}};
   for (size_t i = 0; i < kFormulasList().size(); ++i) {
     std::map<std::string, double> c;
     if (kFormulasList()[i].find("alpha") != std::string::npos)
@@ -62,8 +65,8 @@ Requests allKernels(DType dtype) {
     REQUIRE_OK_EXPECTED(model);
     r.models.push_back(*model);
     for (size_t l = 0; l < 2; ++l)
-      for (size_t k = 0; k < 3; ++k)
-        kernels[l][k].units.push_back((*model)->units[0].programs[k]);
+      for (size_t k = 0; k < 4; ++k)
+        kernels[l][k].units.push_back((*model)->units[0].programs[size_t(kKinds[k])]);
   }
   for (auto &byLayout : kernels)
     for (auto &k : byLayout) {
@@ -75,7 +78,10 @@ Requests allKernels(DType dtype) {
     auto model = detail::CompiledModel::loss(kLossesList()[i], {}, {.dtype = dtype}, warnings);
     REQUIRE(model);
     r.models.push_back(*model);
-    for (detail::KernelKind k : detail::kLossKinds) {
+    std::vector<detail::KernelKind> kinds(detail::kLossKinds.begin(), detail::kLossKinds.end());
+    if (!(*model)->group(0).formula.constants.empty())
+      kinds.push_back(detail::KernelKind::LossConstantGradient);
+    for (detail::KernelKind k : kinds) {
       r.spec.losses.push_back(
           {fmt::format("loss{}_{}", i, detail::kindName(k)), (*model)->units[0].programs[size_t(k)], k, dtype});
       r.symbols.push_back(r.spec.losses.back().symbol);
