@@ -172,7 +172,8 @@ public:
   /// node's batch of err * df/dc (so with err = dL/da, dL/dc), in double and
   /// in a fixed order (the same bits on every run and thread count).
   /// `grads` has params().size() entries, node n's at offsets()[n]. Host
-  /// arrays (a GPU layer reads them on the host too); z and err as backward().
+  /// arrays (a GPU layer copies them to its device and sums there); z and
+  /// err as backward().
   [[nodiscard]] Error constantGradients(std::span<const float> z, std::span<const float> err,
                                         std::span<double> grads, size_t batch) const;
   [[nodiscard]] Error constantGradients(std::span<const double> z, std::span<const double> err,

@@ -139,6 +139,11 @@ public:
       names.push_back(kernel.symbol);
       spec.layers.push_back(std::move(kernel));
     }
+    // The constant gradient's sums need the kernel that adds the partials.
+    if (std::find(kinds.begin(), kinds.end(), KernelKind::ConstantGradient) != kinds.end()) {
+      spec.sumKernel = "hsnn_add_partials";
+      names.push_back(spec.sumKernel);
+    }
     auto g = std::make_unique<GpuActivation>();
     g->kinds_ = std::move(kinds);
     g->layout_ = layout;
@@ -169,6 +174,10 @@ public:
   /// Host pointers: copied to the device and back (slower).
   Error runHost(KernelKind kind, const void *z, const void *err, void *out0, void *out1, size_t batch,
                 CUdeviceptr params) const;
+  /// The constant gradient (a module built with only that kind) on host
+  /// arrays: grads[offsets[node] + c] = sum over the batch of err * df/dc.
+  Error runConstantGradient(const CompiledModel &model, const void *z, const void *err, double *grads, size_t batch,
+                            CUdeviceptr params) const;
 
 private:
   Error uploadTables(const CompiledModel &model) {
@@ -197,11 +206,17 @@ private:
 // adds the per-warp partial sums.
 class GpuLoss : public GpuCode {
 public:
+  /// The elementwise and summing kinds; or, with `constantGradient`, only
+  /// the sums of dl/dc (built at first use).
   static Expected<std::unique_ptr<GpuLoss>> create(const CompiledModel &model, int device,
-                                                   const GpuBuildOptions &options, CompileInfo *info) {
+                                                   const GpuBuildOptions &options, CompileInfo *info,
+                                                   bool constantGradient = false) {
     GpuModuleSpec spec;
     std::vector<std::string> names;
-    for (KernelKind k : kLossKinds) {
+    std::vector<KernelKind> kinds(kLossKinds.begin(), kLossKinds.end());
+    if (constantGradient)
+      kinds = {KernelKind::LossConstantGradient};
+    for (KernelKind k : kinds) {
       spec.losses.push_back({fmt::format("hsnn_{}", kindName(k)), model.units[0].programs[size_t(k)], k,
                              model.options.dtype});
       names.push_back(spec.losses.back().symbol);
@@ -209,7 +224,8 @@ public:
     spec.sumKernel = "hsnn_loss_add_partials";
     names.push_back(spec.sumKernel);
     auto g = std::make_unique<GpuLoss>();
-    g->description_ = model.describe(fmt::format("cuda {}", device), kLossKinds);
+    g->sumKernel_ = kinds.size();
+    g->description_ = model.describe(fmt::format("cuda {}", device), kinds);
     if (Error e = g->init(device, model.options.dtype, options, std::move(spec), std::move(names), info))
       return e;
     return g;
@@ -217,6 +233,7 @@ public:
 
   Expected<std::unique_ptr<GpuLoss>> moveTo(int device, CompileInfo *info) const {
     auto g = std::make_unique<GpuLoss>();
+    g->sumKernel_ = sumKernel_;
     if (Error e = g->initFrom(*this, device, info))
       return e;
     return g;
@@ -232,11 +249,15 @@ public:
   /// The same on host arrays (copied to the device and back).
   Expected<double> runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
                            CUdeviceptr params) const;
+  /// grads[c] = scale * the sum of dl/dc over n host elements (a module
+  /// made with constantGradient).
+  Error runConstantGradient(const void *yp, const void *yt, double *grads, size_t constants, double scale, size_t n,
+                            CUdeviceptr params) const;
 
 private:
   Expected<double> runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
                              CUdeviceptr params) const;
-  static constexpr size_t kSumKernel = kLossKinds.size();
+  size_t sumKernel_ = kLossKinds.size();
   // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
   // one loss take turns.
   mutable std::mutex scratchMutex_;
@@ -402,7 +423,7 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
     return 0.0;
   }
   void *sumArgs[] = {&partials, &warps, &total};
-  if (Error e = module_->launch(kSumKernel, sumArgs, 1, 1, kWarp))
+  if (Error e = module_->launch(sumKernel_, sumArgs, 1, 1, kWarp))
     return e;
   double result = 0;
   // A synchronous copy on the default stream: it waits for both kernels.
@@ -436,6 +457,95 @@ Expected<double> GpuLoss::runHost(KernelKind kind, const void *yp, const void *y
     if (Error e = copyToHost(dev, out, d[2], bytes))
       return e;
   return sum;
+}
+
+Error GpuActivation::runConstantGradient(const CompiledModel &model, const void *z, const void *err, double *grads,
+                                        size_t batch, CUdeviceptr prm) const {
+  size_t K = 0;
+  for (const CodeUnit &u : model.units)
+    K = std::max(K, u.programs[size_t(KernelKind::ConstantGradient)]->outputs.size());
+  uint64_t nodes = nodes_;
+  if (!batch || !nodes || !K)
+    return Error::success();
+  int dev = device();
+  std::lock_guard lock(hostMutex_);
+  size_t bytes = nodes * batch * elementSize(dtype_);
+  // One grid shape for every chunk of nodes, so each node's partials are
+  // as many and in the same place: x fills the device, at most one thread
+  // per element.
+  uint64_t block = module_->blockSize(0), full = module_->fullGrid(0);
+  uint64_t chunkMax = std::min<uint64_t>(kMaxGridY, nodes);
+  uint64_t gx = std::clamp<uint64_t>((full + chunkMax - 1) / chunkMax, 1, (batch + block - 1) / block);
+  int64_t warps = int64_t(gx * block / kWarp);
+  size_t segments = nodes * K;
+  CUdeviceptr d[4];
+  size_t sizes[4] = {bytes, bytes, segments * size_t(warps) * sizeof(double), segments * sizeof(double)};
+  for (size_t slot = 0; slot < 4; ++slot) {
+    auto p = hostScratch_.get(dev, slot, sizes[slot]);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  if (Error e = copyToDevice(dev, d[0], z, bytes))
+    return e;
+  if (Error e = copyToDevice(dev, d[1], err, bytes))
+    return e;
+  CUdeviceptr units = unitTable_.get(), offs = offsetTable_.get();
+  int64_t b64 = int64_t(batch), n64 = int64_t(nodes), first = 0;
+  void *args[] = {&d[0], &d[1], &d[2], &prm, &units, &offs, &b64, &n64, &first};
+  for (uint64_t f = 0; f < nodes; f += kMaxGridY) {
+    first = int64_t(f);
+    if (Error e = module_->launch(0, args, unsigned(gx), unsigned(std::min<uint64_t>(kMaxGridY, nodes - f)), unsigned(block)))
+      return e;
+  }
+  void *sumArgs[] = {&d[2], &warps, &d[3]};
+  if (Error e = module_->launch(1, sumArgs, unsigned(segments), 1, kWarp))
+    return e;
+  std::vector<double> sums(segments);
+  if (Error e = copyToHost(dev, sums.data(), d[3], segments * sizeof(double)))
+    return e;
+  for (size_t j = 0; j < nodes; ++j) {
+    size_t kj = model.units[model.unitOf[j]].programs[size_t(KernelKind::ConstantGradient)]->outputs.size();
+    for (size_t c = 0; c < kj; ++c)
+      grads[model.offsets[j] + c] = sums[j * K + c];
+  }
+  return Error::success();
+}
+
+Error GpuLoss::runConstantGradient(const void *yp, const void *yt, double *grads, size_t constants, double scale,
+                                   size_t n, CUdeviceptr prm) const {
+  if (!n || !constants)
+    return Error::success();
+  int dev = device();
+  std::lock_guard lock(scratchMutex_);
+  size_t bytes = n * elementSize(dtype_);
+  uint64_t block = module_->blockSize(0);
+  uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(0));
+  int64_t warps = int64_t(grid * block / kWarp);
+  CUdeviceptr d[4];
+  size_t sizes[4] = {constants * size_t(warps) * sizeof(double), bytes, bytes, constants * sizeof(double)};
+  for (size_t slot = 0; slot < 4; ++slot) {
+    auto p = scratch_.get(dev, slot, sizes[slot]);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  if (Error e = copyToDevice(dev, d[1], yp, bytes))
+    return e;
+  if (Error e = copyToDevice(dev, d[2], yt, bytes))
+    return e;
+  int64_t count = int64_t(n);
+  void *args[] = {&d[1], &d[2], &d[0], &prm, &count};
+  if (Error e = module_->launch(0, args, unsigned(grid), 1, unsigned(block)))
+    return e;
+  void *sumArgs[] = {&d[0], &warps, &d[3]};
+  if (Error e = module_->launch(sumKernel_, sumArgs, unsigned(constants), 1, kWarp))
+    return e;
+  if (Error e = copyToHost(dev, grads, d[3], constants * sizeof(double)))
+    return e;
+  for (size_t c = 0; c < constants; ++c)
+    grads[c] *= scale;
+  return Error::success();
 }
 
 namespace {
@@ -479,13 +589,24 @@ public:
   }
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
+    CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
+    if (kind == KernelKind::ConstantGradient) {
+      // Host arrays: the API's constantGradients takes spans.
+      const GpuActivation *code = lazy<GpuActivation>(constantGradient_, [&] {
+        return GpuActivation::create(model(), device_, options_, {KernelKind::ConstantGradient}, nullptr);
+      });
+      if (!code)
+        return constantGradient_.error;
+      return code->runConstantGradient(model(), a.z, a.err, static_cast<double *>(a.out0), a.batch, prm);
+    }
     const GpuActivation *code = layer_.get();
     if (kind == KernelKind::Fused) {
-      code = fused();
+      code = lazy<GpuActivation>(fused_, [&] {
+        return GpuActivation::create(model(), device_, options_, {KernelKind::Fused}, nullptr);
+      });
       if (!code)
-        return fusedError_;
+        return fused_.error;
     }
-    CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
     if (!a.onDevice)
       return code->runHost(kind, a.z, a.err, a.out0, a.out1, a.batch, prm);
     return code->run(kind, ptr(a.z), ptr(a.err), ptr(a.out0), ptr(a.out1), a.batch, prm);
@@ -493,6 +614,17 @@ public:
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
     CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
+    if (kind == KernelKind::LossConstantGradient) {
+      const GpuLoss *code = lazy<GpuLoss>(lossConstantGradient_, [&] {
+        return GpuLoss::create(model(), device_, options_, nullptr, /*constantGradient=*/true);
+      });
+      if (!code)
+        return lossConstantGradient_.error;
+      size_t constants = model().group(0).formula.constants.size();
+      if (Error e = code->runConstantGradient(a.yPred, a.yTrue, static_cast<double *>(a.out), constants, a.scale, a.n, prm))
+        return e;
+      return 0.0;
+    }
     if (!a.onDevice)
       return loss_->runHost(kind, a.yPred, a.yTrue, a.out, a.scale, a.n, prm);
     return loss_->run(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm);
@@ -518,26 +650,31 @@ public:
 private:
   static CUdeviceptr ptr(const void *p) { return reinterpret_cast<CUdeviceptr>(p); }
 
-  // The fused kernel's own module, built once on first use.
-  const GpuActivation *fused() const {
-    std::lock_guard lock(fusedMutex_);
-    if (!fused_ && !fusedError_) {
-      auto f = GpuActivation::create(model(), device_, options_, {KernelKind::Fused}, nullptr);
-      if (f)
-        fused_ = std::move(*f);
+  // Modules built at their first use (fused, constant gradients), with the
+  // error of a failed build kept so it is not retried on every call.
+  template <class Code> struct Lazy {
+    std::mutex mutex;
+    std::unique_ptr<Code> code;
+    Error error;
+  };
+  template <class Code, class Build> const Code *lazy(Lazy<Code> &slot, Build &&build) const {
+    std::lock_guard lock(slot.mutex);
+    if (!slot.code && !slot.error) {
+      auto c = build();
+      if (c)
+        slot.code = std::move(*c);
       else
-        fusedError_ = f.takeError();
+        slot.error = c.takeError();
     }
-    return fused_.get();
+    return slot.code.get();
   }
 
   GpuBuildOptions options_;
   int device_ = 0;
   std::unique_ptr<GpuActivation> layer_;
   std::unique_ptr<GpuLoss> loss_;
-  mutable std::mutex fusedMutex_;
-  mutable std::unique_ptr<GpuActivation> fused_;
-  mutable Error fusedError_;
+  mutable Lazy<GpuActivation> fused_, constantGradient_;
+  mutable Lazy<GpuLoss> lossConstantGradient_;
 };
 
 } // namespace

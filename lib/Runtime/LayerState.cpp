@@ -493,8 +493,7 @@ Error LayerState::constantGradients(std::span<const T> a, std::span<const T> b, 
   if (n == 0)
     return Error::success();
   Current c = current();
-  // The CPU engines run the reducing tapes; a GPU object reads host arrays here too.
-  std::shared_ptr<const Engine> engine = c.engine->method() == Method::Cuda ? makeInterpreterEngine(model_) : c.engine;
+  const std::shared_ptr<const Engine> &engine = c.engine;
   KernelKind kind = constantGradientKind(m.isLoss);
   if (m.isLoss) {
     double scale = reduction == Reduction::Mean ? 1.0 / double(n) : 1.0;

@@ -306,6 +306,34 @@ TEST_CASE("cuda losses reduce on the device: one launch, then one warp adds the 
   CHECK(fake.launches() == "hsnn_loss_fused 8,1 256;hsnn_loss_add_partials 1,1 32;");
 }
 
+TEST_CASE("cuda constant gradients reduce on the device: a kernel built at first use, then one warp per sum") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+    auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .layout = layout});
+    REQUIRE_OK_EXPECTED(layer);
+    std::vector<float> z(3 * 1000, 1.0f), err(3 * 1000, 1.0f);
+    std::vector<double> grads(1, -1.0);
+    fake.clearLaunches();
+    REQUIRE_OK(layer->constantGradients(z, err, grads, 1000));
+    CHECK(grads[0] == 0.0); // the fake runs no kernel: its zeroed memory sums to 0
+    // y: the 3 nodes; x: the device's 8 blocks shared among them (3 each, of the 4 that
+    // 1000 elements would take); then one warp per (node, constant).
+    std::string symbol = layout == Layout::NodesMajor ? "hsnn_layer_constant_gradient" : "hsnn_layer_constant_gradient_batch_major";
+    CHECK(fake.launches() == symbol + " 3,3 256;hsnn_add_partials 3,1 32;");
+  }
+  auto loss = Loss::compile("huber", {}, {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(loss);
+  std::vector<float> yp(1000, 1.0f), yt(1000, 0.0f);
+  std::vector<double> grads(1, -1.0);
+  fake.clearLaunches();
+  REQUIRE_OK(loss->constantGradients(yp, yt, grads));
+  CHECK(grads[0] == 0.0);
+  CHECK(fake.launches() == "hsnn_loss_constant_gradient 4,1 256;hsnn_loss_add_partials 1,1 32;");
+}
+
 TEST_CASE("GPU code is cached under the gpu category and a corrupt entry is rebuilt") {
   Fake fake;
   if (!cudaMethodAvailable())

@@ -71,6 +71,12 @@ template <class T> void compare(Layout layout) {
   REQUIRE_OK(ref->backward(z, err, rb, batch));
   for (size_t i = 0; i < z.size(); i += 7)
     CHECK(double(b[i]) == doctest::Approx(double(rb[i])).epsilon(1e-5).scale(1e-6));
+  // Constant gradients: the same sums (in double, in another order).
+  std::vector<double> g(gpu->params().size()), rg(g.size());
+  REQUIRE_OK(gpu->constantGradients(z, err, g, batch));
+  REQUIRE_OK(ref->constantGradients(z, err, rg, batch));
+  for (size_t j = 0; j < g.size(); ++j)
+    CHECK(g[j] == doctest::Approx(rg[j]).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-11));
 }
 
 } // namespace
