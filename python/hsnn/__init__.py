@@ -26,18 +26,73 @@ def _from_dlpack(x, name):
         return x, None
     device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else 1
     if device != 1:  # kDLCPU
-        raise ValueError(f"'{name}' is not in host memory (DLPack device type {device}); hsnn's Python package runs "
-                         "on CPU arrays")
+        raise ValueError(f"'{name}' is neither in host memory nor CUDA memory (DLPack device type {device}); hsnn runs "
+                         "on CPU arrays and CUDA tensors")
     if getattr(x, "requires_grad", False):
         x = x.detach()  # the array is read, never differentiated here (hsnn.torch does that)
     root = sys.modules.get(type(x).__module__.split(".")[0])
     return np.from_dlpack(x), getattr(root, "from_dlpack", None)
 
 
-def _wrap(method, names):
+_DL_CUDA = 2  # DLPack's device type for CUDA memory
+
+
+def _on_cuda(x):
+    dev = getattr(x, "__dlpack_device__", None)
+    return dev is not None and not isinstance(x, np.ndarray) and int(dev()[0]) == _DL_CUDA
+
+
+def _capsule(x):
+    """x's DLPack capsule, ready for work on CUDA's legacy default stream
+    (DLPack's stream 1), which hsnn's launches use."""
+    if getattr(x, "requires_grad", False):
+        x = x.detach()
+    if not _on_cuda(x):
+        return x.__dlpack__()  # refused with the argument's name by the engine
+    try:
+        return x.__dlpack__(stream=1)
+    except TypeError:  # a producer without the stream argument
+        return x.__dlpack__()
+
+
+def _empty_like(x, name):
+    if hasattr(x, "new_empty"):
+        return x.new_empty(tuple(x.shape))
+    raise TypeError(f"'{name}': hsnn allocates CUDA results only for PyTorch tensors; pass out= for "
+                    f"{type(x).__name__}")
+
+
+def _layer_on_device(kind):
+    """A layer method over CUDA DLPack tensors: the cuda method's kernels run
+    on their memory, outputs are new tensors of the same kind (or out=)."""
+    def run(self, z, *rest, out=None):
+        if kind == 2:
+            a, d = _empty_like(z, "a"), _empty_like(z, "dfdz")
+            self._run_device(2, [_capsule(z), _capsule(a), _capsule(d)])
+            return a, d
+        result = out if out is not None else _empty_like(z, "out")
+        self._run_device(kind, [_capsule(z)] + [_capsule(r) for r in rest] + [_capsule(result)])
+        return result
+    return run
+
+
+def _loss_on_device(kind):
+    def run(self, y_pred, y_true):
+        if kind == 0:
+            return self._run_device(0, [_capsule(y_pred), _capsule(y_true)])
+        out = _empty_like(y_pred, "out")
+        value = self._run_device(kind, [_capsule(y_pred), _capsule(y_true), _capsule(out)])
+        return (value, out) if kind == 3 else out
+    return run
+
+
+def _wrap(method, names, on_device=None):
     """Calls `method` with DLPack inputs viewed as NumPy, and returns results
-    as the kind of the first argument."""
+    as the kind of the first argument; CUDA tensors go to `on_device`
+    (no copies: the layer or loss must use the cuda method)."""
     def call(self, *args, **kwargs):
+        if on_device and any(_on_cuda(a) for a in list(args) + list(kwargs.values())):
+            return on_device(self, *args, **kwargs)
         back = None
         args = list(args)
         for i, a in enumerate(args):
@@ -57,17 +112,17 @@ def _wrap(method, names):
 
 class ActivationLayer(_core.ActivationLayer):
     __doc__ = _core.ActivationLayer.__doc__
-    forward = _wrap(_core.ActivationLayer.forward, ["z"])
-    backward = _wrap(_core.ActivationLayer.backward, ["z", "err"])
-    fused = _wrap(_core.ActivationLayer.fused, ["z"])
+    forward = _wrap(_core.ActivationLayer.forward, ["z"], _layer_on_device(0))
+    backward = _wrap(_core.ActivationLayer.backward, ["z", "err"], _layer_on_device(1))
+    fused = _wrap(_core.ActivationLayer.fused, ["z"], _layer_on_device(2))
 
 
 class Loss(_core.Loss):
     __doc__ = _core.Loss.__doc__
-    forward = _wrap(_core.Loss.forward, ["y_pred", "y_true"])
-    forward_elements = _wrap(_core.Loss.forward_elements, ["y_pred", "y_true"])
-    gradient = _wrap(_core.Loss.gradient, ["y_pred", "y_true"])
-    fused = _wrap(_core.Loss.fused, ["y_pred", "y_true"])
+    forward = _wrap(_core.Loss.forward, ["y_pred", "y_true"], _loss_on_device(0))
+    forward_elements = _wrap(_core.Loss.forward_elements, ["y_pred", "y_true"], _loss_on_device(1))
+    gradient = _wrap(_core.Loss.gradient, ["y_pred", "y_true"], _loss_on_device(2))
+    fused = _wrap(_core.Loss.fused, ["y_pred", "y_true"], _loss_on_device(3))
 from . import compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
 
 

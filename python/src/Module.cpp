@@ -13,6 +13,8 @@
 #include <hsnn/Layer.h>
 #include <hsnn/Runtime.h>
 
+#include "DeviceArrays.h"
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -234,6 +236,37 @@ struct PyLayer {
     check(run(2, z, nullptr, a, &d, batchOf(shape)));
     return py::make_tuple(a, d);
   }
+  // CUDA arrays (DLPack capsules): kind 0 forward (z, a), 1 backward (z,
+  // err, delta), 2 fused (z, a, dfdz); outputs are the caller's.
+  void runDevice(int kind, const py::list &capsules) const {
+    static const char *names[3][3] = {{"z", "out", ""}, {"z", "err", "out"}, {"z", "a", "dfdz"}};
+    size_t count = kind == 0 ? 2 : 3;
+    if (capsules.size() != count)
+      throw py::value_error("expected " + std::to_string(count) + " arrays");
+    std::vector<python::DeviceArray> arrays;
+    for (size_t i = 0; i < count; ++i)
+      arrays.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[kind][i], layer.dtype()));
+    const auto &shape = arrays[0].shape;
+    if (shape.size() != 2)
+      throw py::value_error("'z' must be 2-D: (nodes, batch) for nodes_major, (batch, nodes) for batch_major");
+    bool nm = layer.layout() == Layout::NodesMajor;
+    if (shape[nm ? 0 : 1] != int64_t(layer.numNodes()))
+      throw py::value_error("'z' has " + std::to_string(shape[nm ? 0 : 1]) + " nodes along axis " + (nm ? "0" : "1") +
+                            "; the layer has " + std::to_string(layer.numNodes()));
+    for (size_t i = 1; i < count; ++i)
+      if (arrays[i].shape != shape)
+        throw py::value_error(std::string("'") + names[kind][i] + "' must have the shape of 'z'");
+    size_t batch = size_t(shape[nm ? 1 : 0]);
+    Error e;
+    {
+      py::gil_scoped_release unlocked;
+      e = kind == 0   ? layer.forward(arrays[0].buffer, arrays[1].buffer, batch)
+          : kind == 1 ? layer.backward(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch)
+                      : layer.fused(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch);
+    }
+    check(std::move(e));
+  }
+
   py::array_t<double> constantGradients(const py::array &z, const py::array &err) const {
     auto shape = shapeFor(z);
     checkArray(z, "z", layer.dtype(), shape);
@@ -287,6 +320,38 @@ struct PyLoss {
     checkPair(yp, yt);
     return take(loss.dtype() == DType::F32 ? call<float>(kind, yp, yt, out) : call<double>(kind, yp, yt, out));
   }
+  // CUDA arrays (DLPack capsules): kind 0 forward (y_pred, y_true), 1
+  // elements, 2 gradient, 3 fused (the third array is the caller's output).
+  double runDevice(int kind, const py::list &capsules) const {
+    static const char *names[3] = {"y_pred", "y_true", "out"};
+    size_t count = kind == 0 ? 2 : 3;
+    if (capsules.size() != count)
+      throw py::value_error("expected " + std::to_string(count) + " arrays");
+    std::vector<python::DeviceArray> a;
+    for (size_t i = 0; i < count; ++i)
+      a.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[i], loss.dtype()));
+    for (size_t i = 1; i < count; ++i)
+      if (a[i].shape != a[0].shape)
+        throw py::value_error(std::string("'") + names[i] + "' must have the shape of 'y_pred'");
+    Expected<double> r = 0.0;
+    {
+      py::gil_scoped_release unlocked;
+      if (kind == 0)
+        r = loss.forward(a[0].buffer, a[1].buffer);
+      else if (kind == 1)
+        r = errorOr(loss.forwardElements(a[0].buffer, a[1].buffer, a[2].buffer));
+      else if (kind == 2)
+        r = errorOr(loss.gradient(a[0].buffer, a[1].buffer, a[2].buffer));
+      else
+        r = loss.fused(a[0].buffer, a[1].buffer, a[2].buffer);
+    }
+    return take(std::move(r));
+  }
+  static Expected<double> errorOr(Error e) {
+    if (e)
+      return e;
+    return 0.0;
+  }
 };
 
 } // namespace
@@ -335,6 +400,8 @@ PYBIND11_MODULE(_core, m) {
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")
       .def("fused", &PyLayer::fused, py::arg("z"), "(f(z), f'(z)) in one pass")
+      .def("_run_device", &PyLayer::runDevice, py::arg("kind"), py::arg("capsules"),
+           "CUDA DLPack capsules: 0 forward (z, a), 1 backward (z, err, delta), 2 fused (z, a, dfdz)")
       .def("_time_forward", [](const PyLayer &l, const py::array &z, py::array out, int reps) {
              // The same forward timed inside C++ (median ms), for hsnn.bench's Python-overhead figure.
              auto shape = l.shapeFor(z);
@@ -406,6 +473,8 @@ PYBIND11_MODULE(_core, m) {
              double v = l.run(3, yp, yt, &out);
              return py::make_tuple(v, out);
            }, py::arg("y_pred"), py::arg("y_true"), "(loss, gradient) in one pass")
+      .def("_run_device", &PyLoss::runDevice, py::arg("kind"), py::arg("capsules"),
+           "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out])")
       .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.loss.setConstant(name, v)); })
       .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.loss.constant(name)); })
       .def("constant_names", [](const PyLoss &l) { return l.loss.constantNames(); })

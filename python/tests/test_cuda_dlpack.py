@@ -1,0 +1,144 @@
+"""CUDA tensors through DLPack to the cuda method, without copies.
+
+No GPU here: this runs against the stand-in libcuda of the C++ tests
+(test/CUDA/FakeDriver.cpp, ctest `python_fake_cuda` sets HSNN_CUDA_LIBRARY),
+which keeps "device" memory in host memory, checks every pointer it is given
+and records launches and copies, but runs no kernel. The tensors are made here
+with ctypes: a minimal DLPack producer over the fake driver's cuMemAlloc."""
+
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+import hsnn
+
+FAKE = os.environ.get("HSNN_CUDA_LIBRARY", "")
+pytestmark = pytest.mark.skipif("fake_cuda" not in FAKE or not hsnn.runtime_info()["gpu_enabled"],
+                                reason="needs the fake CUDA driver (ctest python_fake_cuda)")
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class Driver:
+    def __init__(self):
+        self.lib = ctypes.CDLL(FAKE)
+        self.lib.hsnnFakeCudaLaunches.restype = ctypes.c_char_p
+        self.lib.hsnnFakeCudaCount.argtypes = [ctypes.c_char_p]
+        assert self.lib.cuInit(0) == 0
+        ctx = ctypes.c_void_p()
+        assert self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        self.ctx = ctx
+
+    def alloc(self, nbytes):
+        self.lib.cuCtxSetCurrent(self.ctx)  # the fake's current context is per thread
+        p = ctypes.c_uint64()
+        assert self.lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
+        return p.value
+
+    def copies(self):
+        return self.lib.hsnnFakeCudaCount(b"htod") + self.lib.hsnnFakeCudaCount(b"dtoh")
+
+    def launches(self):
+        return self.lib.hsnnFakeCudaLaunches().decode()
+
+    def clear(self):
+        self.lib.hsnnFakeCudaClearLaunches()
+
+
+class FakeCudaTensor:
+    """Enough of a CUDA tensor for DLPack consumers: memory on device 0 of the fake driver."""
+
+    def __init__(self, driver, shape, bits=32, device_type=2):
+        self.driver, self.shape, self.bits, self.device_type = driver, tuple(shape), bits, device_type
+        self.ptr = driver.alloc(int(np.prod(shape)) * bits // 8)
+        self._keep = []
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+    def __dlpack__(self, stream=None):
+        self.stream = stream
+        shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
+        m = DLManagedTensor()
+        m.dl_tensor = DLTensor(self.ptr, DLDevice(self.device_type, 0), len(self.shape), DLDataType(2, self.bits, 1),
+                               shape, None, 0)
+        self._keep += [shape, m]  # the capsule points into these
+        return _capsule_new(ctypes.addressof(m), b"dltensor", None)
+
+    def new_empty(self, shape):
+        return FakeCudaTensor(self.driver, shape, self.bits)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return Driver()
+
+
+def test_layer_runs_on_cuda_tensors_without_copies(driver):
+    layer = hsnn.ActivationLayer(["relu", ("sin(num)*alpha", {"alpha": 2.0}), "gelu"], method="cuda")
+    z, err = FakeCudaTensor(driver, (3, 1000)), FakeCudaTensor(driver, (3, 1000))
+    layer.fused(z)  # builds the fused module, uploading its tables: setup, not data
+    copies = driver.copies()
+    driver.clear()
+    a = layer.forward(z)
+    assert isinstance(a, FakeCudaTensor) and a.shape == (3, 1000) and a.ptr != z.ptr
+    assert z.stream == 1  # asked for CUDA's legacy default stream, where hsnn launches
+    d = layer.backward(z, err)
+    a2, dfdz = layer.fused(z)
+    out = FakeCudaTensor(driver, (3, 1000))
+    assert layer.forward(z, out=out) is out
+    assert driver.copies() == copies  # nothing went through the host
+    launches = driver.launches()
+    assert launches.startswith("hsnn_layer_forward 3,3 256;hsnn_layer_backward 3,3 256;")
+    assert "hsnn_layer_fused 3,3 256;" in launches and launches.endswith("hsnn_layer_forward 3,3 256;")
+    assert isinstance(d, FakeCudaTensor) and isinstance(dfdz, FakeCudaTensor) and isinstance(a2, FakeCudaTensor)
+
+
+def test_loss_runs_on_cuda_tensors(driver):
+    loss = hsnn.Loss("mse", method="cuda")
+    yp, yt = FakeCudaTensor(driver, (1000,)), FakeCudaTensor(driver, (1000,))
+    driver.clear()
+    assert loss.forward(yp, yt) == 0.0  # the fake runs no kernel: its zeroed memory sums to 0
+    g = loss.gradient(yp, yt)
+    value, g2 = loss.fused(yp, yt)
+    elements = loss.forward_elements(yp, yt)
+    assert all(isinstance(x, FakeCudaTensor) and x.shape == (1000,) for x in (g, g2, elements))
+    assert driver.launches().startswith("hsnn_loss_sum 4,1 256;hsnn_loss_add_partials 1,1 32;hsnn_loss_gradient 4,1 256;")
+
+
+def test_cuda_tensors_are_checked(driver):
+    layer = hsnn.ActivationLayer(["relu", "tanh"], method="cuda")
+    with pytest.raises(ValueError, match="'z' has 3 nodes along axis 0; the layer has 2"):
+        layer.forward(FakeCudaTensor(driver, (3, 10)))
+    with pytest.raises(TypeError, match="'z' must hold float32"):
+        layer.forward(FakeCudaTensor(driver, (2, 10), bits=64))
+    with pytest.raises(ValueError, match="'err' is not CUDA memory \\(DLPack device type 1\\)"):
+        layer.backward(FakeCudaTensor(driver, (2, 10)), np.zeros((2, 10), np.float32))
+    with pytest.raises(ValueError, match="'out' must have the shape of 'z'"):
+        layer.forward(FakeCudaTensor(driver, (2, 10)), out=FakeCudaTensor(driver, (2, 11)))
+    cpu = hsnn.ActivationLayer(["relu", "tanh"], method="cpu_interp")
+    with pytest.raises(ValueError, match="buffer 'z' on backend cuda:0 given to a layer that runs on cpu"):
+        cpu.forward(FakeCudaTensor(driver, (2, 10)))
