@@ -311,11 +311,7 @@ public:
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
     i->addIncoming(start, entry);
-    std::vector<PHINode *> acc;
-    for (size_t c = 0; c < K; ++c) {
-      acc.push_back(b.CreatePHI(f64, 2, "sum"));
-      acc.back()->addIncoming(ConstantFP::get(f64, 0.0), entry);
-    }
+    std::vector<PHINode *> acc = zeroSums(b, K, entry);
     Value *at = k.layout == Layout::NodesMajor ? b.CreateAdd(b.CreateMul(node, batch), i) : b.CreateAdd(b.CreateMul(i, nodes), node);
     Value *z = b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(0), at));
     Value *err = b.CreateFPExt(b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(1), at)), f64);
@@ -396,11 +392,7 @@ public:
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
     i->addIncoming(start, entry);
-    std::vector<PHINode *> acc;
-    for (size_t c = 0; c < K; ++c) {
-      acc.push_back(b.CreatePHI(f64, 2, "sum"));
-      acc.back()->addIncoming(ConstantFP::get(f64, 0.0), entry);
-    }
+    std::vector<PHINode *> acc = zeroSums(b, K, entry);
     Value *vars[3] = {nullptr, b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(0), i)),
                       b.CreateLoad(t, b.CreateInBoundsGEP(t, f->getArg(1), i))};
     if (llvm::Error e = lowering_.evaluate(b, p, slot, vars, t))
@@ -447,6 +439,16 @@ private:
                                                                                    ConstantInt::get(Type::getInt32Ty(ctx_), 1))};
     m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
     return f;
+  }
+
+  /// K running sums in double at the top of a loop, 0 when entered from `from`.
+  std::vector<PHINode *> zeroSums(IRBuilder<> &b, size_t K, BasicBlock *from) {
+    std::vector<PHINode *> sums;
+    for (size_t c = 0; c < K; ++c) {
+      sums.push_back(b.CreatePHI(b.getDoubleTy(), 2, "sum"));
+      sums.back()->addIncoming(ConstantFP::get(b.getDoubleTy(), 0.0), from);
+    }
+    return sums;
   }
 
   /// A thread's sums where its loop ends: 0 from `entry` (no element),
