@@ -459,6 +459,34 @@ Expected<double> GpuLoss::runHost(KernelKind kind, const void *yp, const void *y
   return sum;
 }
 
+namespace {
+// A constant-gradient run on host arrays, on the device: slots 0 and 1 of
+// `scratch` receive the two inputs, 2 holds `segments` x `warps` partials, 3
+// the segments' sums.
+Error constantGradientScratch(DeviceScratch &scratch, int dev, const void *a, const void *b, size_t bytes,
+                              size_t segments, int64_t warps, CUdeviceptr d[4]) {
+  size_t sizes[4] = {bytes, bytes, segments * size_t(warps) * sizeof(double), segments * sizeof(double)};
+  for (size_t slot = 0; slot < 4; ++slot) {
+    auto p = scratch.get(dev, slot, sizes[slot]);
+    if (!p)
+      return p.takeError();
+    d[slot] = *p;
+  }
+  if (Error e = copyToDevice(dev, d[0], a, bytes))
+    return e;
+  return copyToDevice(dev, d[1], b, bytes);
+}
+
+// Adds each segment's partials (one warp per segment) and copies the sums out.
+Error sumSegments(const GpuModule &module, size_t sumKernel, int dev, CUdeviceptr d[4], int64_t warps,
+                  size_t segments, double *out) {
+  void *sumArgs[] = {&d[2], &warps, &d[3]};
+  if (Error e = module.launch(sumKernel, sumArgs, unsigned(segments), 1, kWarp))
+    return e;
+  return copyToHost(dev, out, d[3], segments * sizeof(double));
+}
+} // namespace
+
 Error GpuActivation::runConstantGradient(const CompiledModel &model, const void *z, const void *err, double *grads,
                                         size_t batch, CUdeviceptr prm) const {
   size_t K = 0;
@@ -479,16 +507,7 @@ Error GpuActivation::runConstantGradient(const CompiledModel &model, const void 
   int64_t warps = int64_t(gx * block / kWarp);
   size_t segments = nodes * K;
   CUdeviceptr d[4];
-  size_t sizes[4] = {bytes, bytes, segments * size_t(warps) * sizeof(double), segments * sizeof(double)};
-  for (size_t slot = 0; slot < 4; ++slot) {
-    auto p = hostScratch_.get(dev, slot, sizes[slot]);
-    if (!p)
-      return p.takeError();
-    d[slot] = *p;
-  }
-  if (Error e = copyToDevice(dev, d[0], z, bytes))
-    return e;
-  if (Error e = copyToDevice(dev, d[1], err, bytes))
+  if (Error e = constantGradientScratch(hostScratch_, dev, z, err, bytes, segments, warps, d))
     return e;
   CUdeviceptr units = unitTable_.get(), offs = offsetTable_.get();
   int64_t b64 = int64_t(batch), n64 = int64_t(nodes), first = 0;
@@ -498,11 +517,8 @@ Error GpuActivation::runConstantGradient(const CompiledModel &model, const void 
     if (Error e = module_->launch(0, args, unsigned(gx), unsigned(std::min<uint64_t>(kMaxGridY, nodes - f)), unsigned(block)))
       return e;
   }
-  void *sumArgs[] = {&d[2], &warps, &d[3]};
-  if (Error e = module_->launch(1, sumArgs, unsigned(segments), 1, kWarp))
-    return e;
   std::vector<double> sums(segments);
-  if (Error e = copyToHost(dev, sums.data(), d[3], segments * sizeof(double)))
+  if (Error e = sumSegments(*module_, 1, dev, d, warps, segments, sums.data()))
     return e;
   for (size_t j = 0; j < nodes; ++j) {
     size_t kj = model.units[model.unitOf[j]].programs[size_t(KernelKind::ConstantGradient)]->outputs.size();
@@ -523,25 +539,13 @@ Error GpuLoss::runConstantGradient(const void *yp, const void *yt, double *grads
   uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(0));
   int64_t warps = int64_t(grid * block / kWarp);
   CUdeviceptr d[4];
-  size_t sizes[4] = {constants * size_t(warps) * sizeof(double), bytes, bytes, constants * sizeof(double)};
-  for (size_t slot = 0; slot < 4; ++slot) {
-    auto p = scratch_.get(dev, slot, sizes[slot]);
-    if (!p)
-      return p.takeError();
-    d[slot] = *p;
-  }
-  if (Error e = copyToDevice(dev, d[1], yp, bytes))
-    return e;
-  if (Error e = copyToDevice(dev, d[2], yt, bytes))
+  if (Error e = constantGradientScratch(scratch_, dev, yp, yt, bytes, constants, warps, d))
     return e;
   int64_t count = int64_t(n);
-  void *args[] = {&d[1], &d[2], &d[0], &prm, &count};
+  void *args[] = {&d[0], &d[1], &d[2], &prm, &count};
   if (Error e = module_->launch(0, args, unsigned(grid), 1, unsigned(block)))
     return e;
-  void *sumArgs[] = {&d[0], &warps, &d[3]};
-  if (Error e = module_->launch(sumKernel_, sumArgs, unsigned(constants), 1, kWarp))
-    return e;
-  if (Error e = copyToHost(dev, grads, d[3], constants * sizeof(double)))
+  if (Error e = sumSegments(*module_, sumKernel_, dev, d, warps, constants, grads))
     return e;
   for (size_t c = 0; c < constants; ++c)
     grads[c] *= scale;

@@ -172,6 +172,17 @@ template <class T> void expectClose(T got, T want, uint64_t ulps) {
   CHECK((ulpDistance(got, want) <= ulps || std::fabs(double(got) - double(want)) < 1e-30));
 }
 
+// The interpreter's layer (the reference) and the compiled model the GPU kernels are made from.
+std::pair<ActivationLayer, std::shared_ptr<const detail::CompiledModel>> layerModels(const std::vector<NodeSpec> &nodes,
+                                                                                     DType dt, Layout layout) {
+  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
+  REQUIRE(ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::activation(nodes, {.dtype = dt, .layout = layout}, warnings);
+  REQUIRE(compiled);
+  return {std::move(*ref), *compiled};
+}
+
 const std::vector<std::string> kFormulas = {"relu", "sigmoid", "tanh", "gelu", "sin(num)*alpha", "softplus",
                                             "Piecewise((num, num > 0), (beta*num, True))", "x**3", "0.5*num+0.1"};
 
@@ -188,12 +199,8 @@ template <class T> void compareLayer(Layout layout) {
       c["beta"] = 0.01 * double(j + 1);
     nodes.push_back({f, c});
   }
-  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
-  REQUIRE(ref);
-  std::vector<std::string> warnings;
-  auto compiled = detail::CompiledModel::activation(nodes, {.dtype = dt, .layout = layout}, warnings);
-  REQUIRE(compiled);
-  const detail::CompiledModel &model = **compiled;
+  auto [ref, compiled] = layerModels(nodes, dt, layout);
+  const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
   for (int k = 0; k < 3; ++k) {
     detail::GpuLayerKernel kernel{"layer" + std::to_string(k), detail::KernelKind(k), dt, layout, {}};
@@ -233,10 +240,10 @@ template <class T> void compareLayer(Layout layout) {
   run(1, err.data(), b.data(), nullptr);
   std::vector<T> fa(n), fd(n);
   run(2, nullptr, fa.data(), fd.data());
-  REQUIRE_OK(ref->forward(z, ra, batch));
-  REQUIRE_OK(ref->backward(z, err, rb, batch));
+  REQUIRE_OK(ref.forward(z, ra, batch));
+  REQUIRE_OK(ref.backward(z, err, rb, batch));
   std::vector<T> ra2(n);
-  REQUIRE_OK(ref->fused(z, ra2, rd, batch));
+  REQUIRE_OK(ref.fused(z, ra2, rd, batch));
   for (size_t i = 0; i < n; ++i) {
     CAPTURE(i);
     expectClose(a[i], ra[i], 4);
@@ -263,12 +270,8 @@ template <class T> void compareConstantGradient(Layout layout) {
       c = {{"beta", 0.01 * double(j + 1)}};
     nodes.push_back({f, c});
   }
-  auto ref = ActivationLayer::compile(nodes, {.method = Method::CpuInterp, .dtype = dt, .layout = layout});
-  REQUIRE(ref);
-  std::vector<std::string> warnings;
-  auto compiled = detail::CompiledModel::activation(nodes, {.dtype = dt, .layout = layout}, warnings);
-  REQUIRE(compiled);
-  const detail::CompiledModel &model = **compiled;
+  auto [ref, compiled] = layerModels(nodes, dt, layout);
+  const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
   detail::GpuLayerKernel kernel{"cg", detail::KernelKind::ConstantGradient, dt, layout, {}};
   size_t K = 0;
@@ -302,7 +305,7 @@ template <class T> void compareConstantGradient(Layout layout) {
   launch(unsigned(nodes.size() * K), 1, 32, [&] { add(partials.data(), int64_t(warpsPerNode), sums.data()); });
 
   std::vector<double> want(model.defaultParams.size());
-  REQUIRE_OK(ref->constantGradients(z, err, want, batch));
+  REQUIRE_OK(ref.constantGradients(z, err, want, batch));
   for (size_t j = 0; j < nodes.size(); ++j) {
     size_t kj = model.units[model.unitOf[j]].programs[size_t(detail::KernelKind::ConstantGradient)]->outputs.size();
     for (size_t c = 0; c < K; ++c) {
