@@ -183,6 +183,16 @@ std::pair<ActivationLayer, std::shared_ptr<const detail::CompiledModel>> layerMo
   return {std::move(*ref), *compiled};
 }
 
+// The same for a loss, summed (the kernels' partials add up to the sum).
+std::pair<Loss, std::shared_ptr<const detail::CompiledModel>> lossModels(const char *name, DType dt) {
+  auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
+  REQUIRE(ref);
+  std::vector<std::string> warnings;
+  auto compiled = detail::CompiledModel::loss(name, {}, {.dtype = dt}, warnings);
+  REQUIRE(compiled);
+  return {std::move(*ref), *compiled};
+}
+
 const std::vector<std::string> kFormulas = {"relu", "sigmoid", "tanh", "gelu", "sin(num)*alpha", "softplus",
                                             "Piecewise((num, num > 0), (beta*num, True))", "x**3", "0.5*num+0.1"};
 
@@ -322,12 +332,8 @@ template <class T> void compareConstantGradient(Layout layout) {
 template <class T> void compareLossConstantGradient(const char *name) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
   CAPTURE(name);
-  auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
-  REQUIRE(ref);
-  std::vector<std::string> warnings;
-  auto compiled = detail::CompiledModel::loss(name, {}, {.dtype = dt}, warnings);
-  REQUIRE(compiled);
-  const detail::CompiledModel &model = **compiled;
+  auto [ref, compiled] = lossModels(name, dt);
+  const detail::CompiledModel &model = *compiled;
   const detail::Program *program = model.units[0].programs[size_t(detail::KernelKind::LossConstantGradient)];
   size_t K = program->outputs.size();
   REQUIRE(K == 1);
@@ -351,19 +357,15 @@ template <class T> void compareLossConstantGradient(const char *name) {
   auto *add = module.kernel<SumKernel>("add");
   launch(unsigned(K), 1, 32, [&] { add(partials.data(), 6, sums.data()); });
   std::vector<double> want(K);
-  REQUIRE_OK(ref->constantGradients(yp, yt, want));
+  REQUIRE_OK(ref.constantGradients(yp, yt, want));
   CHECK(sums[0] == doctest::Approx(want[0]).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-12));
 }
 
 template <class T> void compareLoss(const char *name) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
   CAPTURE(name);
-  auto ref = Loss::compile(name, {}, {.method = Method::CpuInterp, .dtype = dt, .reduction = Reduction::Sum});
-  REQUIRE(ref);
-  std::vector<std::string> warnings;
-  auto compiled = detail::CompiledModel::loss(name, {}, {.dtype = dt}, warnings);
-  REQUIRE(compiled);
-  const detail::CompiledModel &model = **compiled;
+  auto [ref, compiled] = lossModels(name, dt);
+  const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
   for (int k = 0; k < 4; ++k)
     spec.losses.push_back({"loss" + std::to_string(k), model.units[0].programs[size_t(detail::kLossKinds[size_t(k)])],
@@ -393,7 +395,7 @@ template <class T> void compareLoss(const char *name) {
   double s = sum(1, T(1));
   for (double p : partials)
     CHECK(p != -1.0); // every warp wrote its partial
-  auto want = ref->forward(yp, yt);
+  auto want = ref.forward(yp, yt);
   REQUIRE(want);
   CHECK(s == doctest::Approx(*want).epsilon(std::is_same_v<T, float> ? 1e-6 : 1e-13));
   CHECK(sum(1, T(1)) == s); // the same bits again
@@ -401,7 +403,7 @@ template <class T> void compareLoss(const char *name) {
   double fusedSum = sum(3, T(0.5));
   CHECK(fusedSum == s); // fused sums the same losses in the same order
   std::vector<T> g(n);
-  REQUIRE_OK(ref->gradient(yp, yt, g));
+  REQUIRE_OK(ref.gradient(yp, yt, g));
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], T(0.5) * g[size_t(i)], 8);
 
@@ -409,7 +411,7 @@ template <class T> void compareLoss(const char *name) {
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], T(2) * g[size_t(i)], 8);
   std::vector<T> elements(n);
-  REQUIRE_OK(ref->forwardElements(yp, yt, elements));
+  REQUIRE_OK(ref.forwardElements(yp, yt, elements));
   sum(0, T(1));
   for (int64_t i = 0; i < n; ++i)
     expectClose(out[size_t(i)], elements[size_t(i)], 4);
