@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 // Errors are values: check one and show its message when it is set.
 #define REQUIRE_OK(expr)                                                                                     \
@@ -30,6 +31,33 @@
   } while (0)
 
 namespace hsnn::test {
+
+/// Bit for bit, NaN payloads aside.
+template <class T> bool sameBits(T a, T b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+template <class T> void expectSameBits(const std::vector<T> &got, const std::vector<T> &want, const char *what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!sameBits(got[i], want[i]) && bad++ == 0)
+      first = i;
+  INFO(what << ": " << bad << " of " << got.size() << " elements differ; first at " << first << ": "
+            << (bad ? got[first] : T(0)) << " vs " << (bad ? want[first] : T(0)));
+  CHECK(bad == 0);
+}
+
+// Nodes-major (nodes x batch) to batch-major (batch x nodes) and back.
+template <class T> std::vector<T> transposed(const std::vector<T> &v, size_t rows, size_t cols) {
+  std::vector<T> t(v.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      t[c * rows + r] = v[r * cols + c];
+  return t;
+}
 
 /// Parses or fails the test with the diagnostic.
 inline Formula mustParse(ExprContext &ctx, std::string_view text, FormulaMode mode = FormulaMode::Activation,

@@ -114,6 +114,10 @@ struct CompileInfo {
   double loadMs = 0;     ///< Link the object into the process.
   bool cacheHit = false; ///< The object came from the disk cache.
   size_t objectBytes = 0;
+  /// Batch-major cpu_jit layers: the node segments whose formulas repeat
+  /// a pattern and run in place by row kernels; 0 when tiles are
+  /// transposed instead (formulas scattered with no short period).
+  size_t rowSegments = 0;
 };
 
 namespace detail {

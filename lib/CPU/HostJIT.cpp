@@ -89,7 +89,7 @@ public:
       return fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
     self->jit_ = std::move(*jit);
 
-    self->emit_.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
+    self->emit_.vectorBits = t.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
     // libmvec supplies the vector math; without it math runs lane by lane.
     std::string err;
     self->libmvec_ = llvm::sys::DynamicLibrary::getPermanentLibrary(kLibmvec, &err);

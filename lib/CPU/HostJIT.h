@@ -31,6 +31,7 @@ struct HostTarget {
   std::string capability; ///< AVX512, AVX2 or DEFAULT
   std::string llvmVersion;
   std::string vectorMath; ///< e.g. "libmvec:edb" (ISAs offered), or "scalar"
+  unsigned vectorBits = 128; ///< Width of the kernels' vectors.
 };
 
 /// Kernels loaded into the process; they stay callable while this lives.

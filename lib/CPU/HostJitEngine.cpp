@@ -2,10 +2,12 @@
 #include "HostJitEngine.h"
 
 #include "Program/Launch.h"
+#include "Program/RowPlan.h"
 #include "hsnn/Version.h"
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <map>
 #include <mutex>
 #include <tbb/parallel_for.h>
 
@@ -19,6 +21,8 @@ constexpr size_t kMinPerChunk = 3, kSmallChunks = 4, kMaxPerChunk = 128;
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
+constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
+constexpr size_t kRowTablePadding = 64;     // a vector of any width past a row kernel's constants
 
 // Everything that changes the object: the tapes (the canonical form of the
 // formulas after simplification and differentiation), kernel kinds, dtype,
@@ -26,7 +30,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-5")
+  k.add("format", "hsnn-host-object-6")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -35,11 +39,15 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
       .add("vector-math", t.vectorMath)
       .add("opt", uint64_t(options.optLevel))
       .add("fast-math", uint64_t(options.fastMath));
-  for (const KernelRequest &r : requests)
+  for (const KernelRequest &r : requests) {
     k.add("symbol", r.symbol)
         .add("kind", kindName(r.kind))
         .add("dtype", to_string(r.dtype))
-        .add("tape", r.program->fingerprint());
+        .add("tape", r.program->fingerprint())
+        .add("row-slots", uint64_t(r.rowSlots.size()));
+    for (const Program *slot : r.rowSlots)
+      k.add("row-slot", slot->fingerprint());
+  }
   return k.finish();
 }
 
@@ -144,8 +152,13 @@ public:
     // constants in a constant-gradient kind (there is nothing to sum).
     constexpr size_t kNone = size_t(-1);
     std::vector<std::vector<size_t>> requestOf;
+    planRows();
     for (KernelKind kind : kinds) {
       std::vector<size_t> &index = requestOf.emplace_back(m.units.size(), kNone);
+      if (usesRowKernels(kind)) {
+        rowRequests(kind, prefix, requests, index);
+        continue;
+      }
       for (size_t u = 0; u < m.units.size(); ++u) {
         const Program *p = m.units[u].programs[size_t(kind)];
         if (kindInfo(kind).constants && p->outputs.empty())
@@ -165,6 +178,12 @@ public:
       return lib.takeError();
     size_t k = 0;
     for (KernelKind kind : kinds) {
+      if (usesRowKernels(kind)) { // requestOf: per segment
+        for (size_t g = 0; g < rowPlan_->size(); ++g)
+          rowKernel_[size_t(kind)].push_back((*lib)->address(requests[requestOf[k][g]].symbol));
+        ++k;
+        continue;
+      }
       std::vector<void *> &fns = nodeKernel_[size_t(kind)];
       for (size_t n = 0; n < m.numNodes(); ++n) {
         size_t r = requestOf[k][m.unitOf[n]];
@@ -173,6 +192,7 @@ public:
       ++k;
     }
     libraries_.push_back(std::move(*lib));
+    info.rowSegments = rowPlan_ ? rowPlan_->size() : 0;
     return Error::success();
   }
 
@@ -301,6 +321,8 @@ private:
   }
 
   template <class T> void run(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const {
+    if (usesRowKernels(kind))
+      return runRows<T>(kind, a, params);
     const auto &fns = nodeKernel_[size_t(kind)];
     const CompiledModel &m = model();
     // Batch-major tiles of 256 f32 or 128 f64 rows: measured best on bench W1.
@@ -312,6 +334,81 @@ private:
                           auto fn = reinterpret_cast<ActivationFn<T>>(fns[n]);
                           fn(zIn, errIn, o0, o1, p + m.offsets[n], int64_t(len));
                         });
+  }
+
+  // Batch-major with row kernels: blocks of rows of one segment per task,
+  // in place, no scratch.
+  template <class T> void runRows(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const {
+    const CompiledModel &m = model();
+    const std::vector<RowSegment> &plan = *rowPlan_;
+    const auto &fns = rowKernel_[size_t(kind)];
+    size_t nodes = m.numNodes(), segments = plan.size();
+    size_t rows = std::clamp<size_t>(kRowTaskElements / nodes, 1, a.batch), blocks = (a.batch + rows - 1) / rows;
+    const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
+    T *out0 = static_cast<T *>(a.out0), *out1 = static_cast<T *>(a.out1);
+    // Each segment's constants as T, one row per (slot, constant) and one
+    // column per period (KernelSpec.h): O(nodes) per call.
+    const auto &constantRows = rowConstantRows_[size_t(kind)];
+    std::vector<size_t> tableAt(segments + 1, 0);
+    for (size_t g = 0; g < segments; ++g)
+      tableAt[g + 1] = tableAt[g] + constantRows[g].back() * plan[g].periods;
+    std::vector<T> table(tableAt.back() + kRowTablePadding);
+    for (size_t g = 0; g < segments; ++g) {
+      const RowSegment &seg = plan[g];
+      size_t P = seg.slots.size();
+      for (size_t s = 0; s < P; ++s)
+        for (size_t j = constantRows[g][s]; j < constantRows[g][s + 1]; ++j)
+          for (size_t q = 0; q < seg.periods; ++q)
+            table[tableAt[g] + j * seg.periods + q] =
+                T(params.values[m.offsets[seg.first + q * P + s] + (j - constantRows[g][s])]);
+    }
+    forBlocks(blocks * segments, rows * nodes / segments, [&](size_t t) {
+      size_t g = t % segments;
+      const RowSegment &seg = plan[g];
+      size_t r0 = t / segments * rows, at = r0 * nodes + seg.first;
+      auto fn = reinterpret_cast<RowKernelFn<T>>(fns[g]);
+      fn(z + at, err ? err + at : nullptr, out0 + at, out1 ? out1 + at : nullptr, table.data() + tableAt[g],
+         int64_t(std::min(rows, a.batch - r0)), int64_t(nodes), int64_t(seg.periods));
+    });
+  }
+
+  // Whether `kind` runs as row kernels: elementwise kinds of a batch-major
+  // layer whose formulas repeat in a pattern (RowPlan.h).
+  bool usesRowKernels(KernelKind kind) const {
+    return rowPlan_ && !model().isLoss && !kindInfo(kind).constants;
+  }
+
+  void planRows() {
+    const CompiledModel &m = model();
+    if (rowsPlanned_ || m.isLoss || m.options.layout != Layout::BatchMajor || m.numNodes() == 0)
+      return;
+    rowsPlanned_ = true;
+    auto jit = HostJIT::get();
+    if (!jit)
+      return;
+    size_t lanes = (*jit)->target().vectorBits / (m.options.dtype == DType::F32 ? 32 : 64);
+    rowPlan_ = planRowSegments(m.unitOf, lanes);
+  }
+
+  // One request per distinct slot pattern; index[g] is segment g's.
+  void rowRequests(KernelKind kind, const std::string &prefix, std::vector<KernelRequest> &requests,
+                   std::vector<size_t> &index) {
+    const CompiledModel &m = model();
+    std::map<std::vector<uint32_t>, size_t> seen;
+    index.assign(rowPlan_->size(), 0);
+    for (size_t g = 0; g < rowPlan_->size(); ++g) {
+      const std::vector<uint32_t> &slots = (*rowPlan_)[g].slots;
+      std::vector<const Program *> programs;
+      for (uint32_t u : slots)
+        programs.push_back(m.units[u].programs[size_t(kind)]);
+      rowConstantRows_[size_t(kind)].push_back(rowConstantRows(programs));
+      auto [it, fresh] = seen.try_emplace(slots, requests.size());
+      index[g] = it->second;
+      if (!fresh)
+        continue;
+      requests.push_back({fmt::format("{}_row{}_{}", prefix, seen.size() - 1, kindName(kind)), programs[0], kind,
+                          m.options.dtype, false, std::move(programs)});
+    }
   }
 
   template <class T> double runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const {
@@ -329,6 +426,10 @@ private:
   std::shared_ptr<const Engine> interpreter_; // runs kinds the JIT could not build
   std::vector<std::shared_ptr<KernelLibrary>> libraries_;
   std::vector<void *> nodeKernel_[kNumKernelKinds]; // per kind, per node
+  bool rowsPlanned_ = false;
+  std::optional<std::vector<RowSegment>> rowPlan_; // batch-major layers with a pattern
+  std::vector<void *> rowKernel_[kNumKernelKinds];  // per kind, per segment of rowPlan_
+  std::vector<std::vector<size_t>> rowConstantRows_[kNumKernelKinds]; // per kind, per segment
   mutable LazyKind fused_, constants_;
 };
 

@@ -37,17 +37,7 @@ public:
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
     Function *fn = Function::Create(fty, Function::ExternalLinkage, r.symbol, m_);
-    fn->setDoesNotThrow();
-    fn->addFnAttr(Attribute::NoFree);
-    fn->addFnAttr(Attribute::NoSync);
-    // LLVM's tuning for AVX-512 CPUs prefers 256-bit vectors (for clock
-    // throttling in mixed code); these kernels are pure vector math, and
-    // 512-bit vectors measured 10-35% faster on bench W1-W4.
-    fn->addFnAttr("prefer-vector-width", std::to_string(opt_.vectorBits));
-    fn->addFnAttr("min-legal-vector-width", std::to_string(opt_.vectorBits));
-    // noalias: arrays may be the same array (in place: each element is read
-    // before it is written) but never partially overlap.
-    markArraysNoAlias(*fn);
+    setCpuKernelAttributes(*fn, opt_);
     unsigned paramsArg = loss ? 3 : 4, nArg = loss ? 4 : 5;
     fn->addParamAttr(paramsArg, Attribute::ReadOnly);
 
@@ -178,13 +168,7 @@ public:
     idx->addIncoming(next, latch);
     for (Sum &sum : sums)
       sum.loop(latch);
-    BranchInst *back = b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit);
-    // Already vectors: keep the loop vectorizer away.
-    MDNode *off = MDNode::get(ctx_, {MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                                     ConstantAsMetadata::get(b.getFalse())});
-    MDNode *loopId = MDNode::getDistinct(ctx_, {nullptr, off});
-    loopId->replaceOperandWith(0, loopId);
-    back->setMetadata(LLVMContext::MD_loop, loopId);
+    markNotVectorizable(b.CreateCondBr(b.CreateICmpSLT(next, n), loop, exit));
 
     b.SetInsertPoint(exit);
     for (Sum &sum : sums)
@@ -441,7 +425,7 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
 llvm::Error emitKernels(llvm::Module &module, std::span<const KernelRequest> requests, const EmitOptions &options) {
   KernelBuilder kb(module, options);
   for (const KernelRequest &r : requests)
-    if (llvm::Error e = kb.build(r))
+    if (llvm::Error e = r.rowSlots.empty() ? kb.build(r) : emitRowKernel(module, r, options))
       return e;
   return llvm::Error::success();
 }

@@ -12,6 +12,7 @@
 
 #include "hsnn/Layer.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,6 +36,30 @@ using ActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const 
 template <class T>
 using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
 
+/// A batch-major row kernel (RowPlan.h) over `rows` rows of a segment of
+/// periods of P nodes: element (r, q, s) is at [r*ld + q*P + s], node (q, s)
+/// runs slot s's tape (the activation kind's semantics above). Its constant
+/// j is constants[(base_s + j) * periods + q] (rowConstantRows gives the
+/// base_s), converted to T: each lane's constants are one vector load.
+template <class T>
+using RowKernelFn = void (*)(const T *z, const T *err, T *out0, T *out1, const T *constants, int64_t rows,
+                             int64_t ld, int64_t periods);
+
+/// The first row of each slot's constants in a row kernel's table, and the
+/// total (last entry): slot s's tape reads constants 0 .. (highest index it
+/// uses) of its node.
+inline std::vector<size_t> rowConstantRows(const std::vector<const Program *> &slots) {
+  std::vector<size_t> rows{0};
+  for (const Program *p : slots) {
+    size_t k = 0;
+    for (const Instr &in : p->code)
+      if (in.op == Op::Param)
+        k = std::max<size_t>(k, in.param + 1);
+    rows.push_back(rows.back() + k);
+  }
+  return rows;
+}
+
 /// One kernel to generate: its symbol, the tape, and its kind and type.
 struct KernelRequest {
   std::string symbol;
@@ -44,6 +69,9 @@ struct KernelRequest {
   /// Activation kernels only: element i is at [i * stride] (an extra i64
   /// stride argument after n), for batch-major columns in AOT code.
   bool strided = false;
+  /// Activation kinds: a row kernel (RowKernelFn) whose slot s runs
+  /// rowSlots[s]; `program` is then rowSlots[0].
+  std::vector<const Program *> rowSlots{};
 };
 
 /// A layer's GPU kernel of one activation kind: one launch runs every node.

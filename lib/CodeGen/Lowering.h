@@ -42,6 +42,17 @@ struct ElementIO {
 /// array (in place) but never partially overlap.
 void markArraysNoAlias(llvm::Function &fn);
 
+/// The attributes of every CPU kernel: no throw, no free, no sync, the
+/// options' vector width, noalias arrays.
+void setCpuKernelAttributes(llvm::Function &fn, const EmitOptions &o);
+
+/// Marks the loop whose back edge this is as already vectorized.
+void markNotVectorizable(llvm::Instruction *backEdge);
+
+/// Adds a batch-major row kernel (KernelSpec.h's RowKernelFn) for a request
+/// with rowSlots (RowKernel.cpp).
+llvm::Error emitRowKernel(llvm::Module &m, const KernelRequest &r, const EmitOptions &o);
+
 class ElementLowering {
 public:
   ElementLowering(llvm::Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o) {}
@@ -49,8 +60,11 @@ public:
   /// Fills `slot` (one value per instruction) with the program's numbers and
   /// constants, the latter loaded from `params` (a double array). `t` may be
   /// a vector type: every value is then that many elements, lane by lane.
+  /// With `laneParam`, constant j is laneParam(j) instead (one value per
+  /// lane, of type t: row kernels, whose lanes are different nodes).
   void constants(llvm::IRBuilder<> &b, const Program &p, llvm::Value *params, llvm::Type *t,
-                 std::vector<llvm::Value *> &slot);
+                 std::vector<llvm::Value *> &slot,
+                 const std::function<llvm::Value *(unsigned param)> &laneParam = nullptr);
   /// Lowers every instruction `slot` does not hold yet. `vars` are the
   /// element's variables, indexed by Variable (null: not in this kernel).
   llvm::Error evaluate(llvm::IRBuilder<> &b, const Program &p, std::vector<llvm::Value *> &slot,

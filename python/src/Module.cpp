@@ -156,6 +156,7 @@ py::dict compileInfoDict(const CompileInfo &i) {
   d["load_ms"] = i.loadMs;
   d["cache_hit"] = i.cacheHit;
   d["object_bytes"] = i.objectBytes;
+  d["row_segments"] = i.rowSegments;
   return d;
 }
 

@@ -7,6 +7,7 @@
 // for bit (NaN payloads aside), not within a tolerance.
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "RequireJit.h"
 
 #include "CPU/HostJIT.h"
 #include "hsnn/AOT.h"
@@ -21,29 +22,6 @@ using namespace hsnn;
 using namespace hsnn::test;
 
 namespace {
-
-#define REQUIRE_JIT()                                                                                        \
-  if (std::string why = runtimeInfo().cpuJitUnavailableReason; !runtimeInfo().cpuJitEnabled) {              \
-    MESSAGE("skipped: cpu_jit unavailable (" << why << ")");                                                 \
-    return;                                                                                                  \
-  }
-
-template <class T> bool sameBits(T a, T b) {
-  if (std::isnan(a) || std::isnan(b))
-    return std::isnan(a) && std::isnan(b);
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-template <class T> void expectSameBits(const std::vector<T> &got, const std::vector<T> &want, const char *what) {
-  REQUIRE(got.size() == want.size());
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!sameBits(got[i], want[i]) && bad++ == 0)
-      first = i;
-  INFO(what << ": " << bad << " of " << got.size() << " elements differ; first at " << first << ": "
-            << (bad ? got[first] : T(0)) << " vs " << (bad ? want[first] : T(0)));
-  CHECK(bad == 0);
-}
 
 // Values over the whole range: edges, tails of the math functions, random scales.
 template <class T> std::vector<T> values(size_t n, std::mt19937_64 &rng) {
@@ -73,15 +51,6 @@ std::vector<NodeSpec> randomLayer(std::mt19937_64 &rng, size_t nodes) {
     out.push_back({f, c});
   }
   return out;
-}
-
-// Nodes-major (nodes x batch) to batch-major (batch x nodes) and back.
-template <class T> std::vector<T> transposed(const std::vector<T> &v, size_t rows, size_t cols) {
-  std::vector<T> t(v.size());
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c)
-      t[c * rows + r] = v[r * cols + c];
-  return t;
 }
 
 // A layer's AOT object, loaded into this process through the JIT's linker.

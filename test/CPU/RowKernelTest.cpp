@@ -1,0 +1,190 @@
+//===- test/CPU/RowKernelTest.cpp - Batch-major layers run in place ------===//
+//
+// Batch-major layers whose formulas repeat a pattern run through row
+// kernels (lib/Program/RowPlan.h, lib/CodeGen/RowKernel.cpp): the plan on
+// its own, then compiled layers of each shape (runs, periods that are and
+// are not powers of two, partial last blocks, per-node constants) against
+// the nodes-major kernels bit for bit, for every kind and several batches.
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+#include "RequireJit.h"
+
+#include "Program/RowPlan.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
+
+#include <fmt/format.h>
+
+using namespace hsnn;
+using namespace hsnn::test;
+using detail::planRowSegments;
+using detail::RowSegment;
+
+namespace {
+
+std::vector<uint32_t> repeat(std::vector<uint32_t> pattern, size_t times) {
+  std::vector<uint32_t> out;
+  for (size_t t = 0; t < times; ++t)
+    out.insert(out.end(), pattern.begin(), pattern.end());
+  return out;
+}
+
+std::string show(const std::optional<std::vector<RowSegment>> &plan) {
+  if (!plan)
+    return "none";
+  std::string s;
+  for (const RowSegment &g : *plan)
+    s += fmt::format("[{} x{} {}]", g.first, g.periods, fmt::join(g.slots, ","));
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("row plan: repeating patterns become segments, scattered formulas none") {
+  CHECK(show(planRowSegments(repeat({0, 1, 2, 3, 4, 5, 6, 7}, 32), 16)) == "[0 x32 0,1,2,3,4,5,6,7]");
+  std::vector<uint32_t> blocks = repeat({0}, 40);
+  for (uint32_t u : repeat({1}, 24))
+    blocks.push_back(u);
+  CHECK(show(planRowSegments(blocks, 16)) == "[0 x40 0][40 x24 1]");
+  std::vector<uint32_t> mixed = repeat({0, 1, 2}, 37);
+  for (uint32_t u : repeat({3}, 20))
+    mixed.push_back(u);
+  CHECK(show(planRowSegments(mixed, 16)) == "[0 x37 0,1,2][111 x20 3]");
+  // A period needs a vector's worth of periods: 8 of (0, 1) fill 8 lanes, not 16.
+  CHECK(show(planRowSegments(repeat({0, 1}, 8), 8)) == "[0 x8 0,1]");
+  CHECK(show(planRowSegments(repeat({0, 1}, 8), 16)) == "none");
+  // Scattered formulas would leave the vectors mostly empty.
+  std::vector<uint32_t> scattered;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 64; ++i)
+    scattered.push_back(uint32_t(rng() % 5));
+  CHECK(show(planRowSegments(scattered, 16)) == "none");
+  CHECK(show(planRowSegments(std::vector<uint32_t>{0, 1, 2}, 16)) == "none");
+  CHECK(show(planRowSegments(std::vector<uint32_t>{}, 16)) == "none");
+}
+
+namespace {
+
+struct Shape {
+  const char *name;
+  std::vector<NodeSpec> nodes;
+};
+
+// Node j's constants differ per node, so a lane that read its neighbour's
+// would show.
+NodeSpec node(std::string formula, size_t j) {
+  std::map<std::string, double> c;
+  if (formula.find("alpha") != std::string::npos)
+    c["alpha"] = 0.5 + 0.01 * double(j);
+  if (formula.find("beta") != std::string::npos)
+    c["beta"] = -0.25 - 0.003 * double(j);
+  return {std::move(formula), c};
+}
+
+std::vector<Shape> shapes() {
+  const std::vector<std::string> f = {"relu", "sin(num)*alpha + beta", "gelu", "tanh",
+                                      "Piecewise((num, num > 0), (alpha*num, True))", "softplus", "silu",
+                                      "exp(-num**2/2)*beta", "sigmoid", "log(cosh(num))", "0.5*num + 0.1",
+                                      "elu", "atan(num)*alpha", "mish", "num**3", "cos(num)"};
+  std::vector<Shape> out;
+  auto periodic = [&](const char *name, size_t period, size_t periods, size_t extraRun) {
+    Shape s{name, {}};
+    for (size_t q = 0; q < periods; ++q)
+      for (size_t k = 0; k < period; ++k)
+        s.nodes.push_back(node(f[k], s.nodes.size()));
+    for (size_t k = 0; k < extraRun; ++k)
+      s.nodes.push_back(node(f[1], s.nodes.size()));
+    out.push_back(std::move(s));
+  };
+  periodic("period 8, 32 periods", 8, 32, 0);
+  periodic("period 3, 37 periods (a partial block), then a run", 3, 37, 21);
+  periodic("period 16, 17 periods", 16, 17, 0);
+  periodic("period 5, 40 periods", 5, 40, 0);
+  Shape runs{"runs of one formula", {}};
+  for (size_t k = 0; k < 4; ++k)
+    for (size_t i = 0; i < 19 + 7 * k; ++i)
+      runs.nodes.push_back(node(f[k + 1], runs.nodes.size()));
+  out.push_back(std::move(runs));
+  return out;
+}
+
+template <class T> void checkShape(const Shape &shape) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  CAPTURE(shape.name);
+  CAPTURE(to_string(dt));
+  const size_t nodes = shape.nodes.size();
+  auto nm = ActivationLayer::compile(shape.nodes, {.method = Method::CpuJit, .dtype = dt});
+  auto bm = ActivationLayer::compile(shape.nodes, {.method = Method::CpuJit, .dtype = dt, .layout = Layout::BatchMajor});
+  REQUIRE_OK_EXPECTED(nm);
+  REQUIRE_OK_EXPECTED(bm);
+  CHECK(bm->compileInfo().rowSegments > 0);
+
+  std::mt19937_64 rng(nodes);
+  std::uniform_real_distribution<double> pick(-6, 6);
+  for (size_t batch : {1, 5, 33, 300}) {
+    CAPTURE(batch);
+    std::vector<T> z(nodes * batch), err(nodes * batch);
+    for (size_t i = 0; i < z.size(); ++i)
+      z[i] = T(pick(rng)), err[i] = T(pick(rng));
+    z[0] = std::numeric_limits<T>::infinity();
+    z[z.size() - 1] = std::numeric_limits<T>::quiet_NaN();
+    std::vector<T> a(z.size()), d(z.size()), fa(z.size()), fd(z.size());
+    REQUIRE_OK(nm->forward(z, a, batch));
+    REQUIRE_OK(nm->backward(z, err, d, batch));
+    REQUIRE_OK(nm->fused(z, fa, fd, batch));
+
+    std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch);
+    std::vector<T> ab(z.size()), db(z.size()), fab(z.size()), fdb(z.size());
+    REQUIRE_OK(bm->forward(zb, ab, batch));
+    expectSameBits(transposed(ab, batch, nodes), a, "forward");
+    REQUIRE_OK(bm->backward(zb, eb, db, batch));
+    expectSameBits(transposed(db, batch, nodes), d, "backward");
+    REQUIRE_OK(bm->fused(zb, fab, fdb, batch));
+    expectSameBits(transposed(fab, batch, nodes), fa, "fused value");
+    expectSameBits(transposed(fdb, batch, nodes), fd, "fused derivative");
+    // In place: each block is loaded before it is stored.
+    REQUIRE_OK(bm->forward(zb, zb, batch));
+    expectSameBits(transposed(zb, batch, nodes), a, "forward in place");
+  }
+
+  // A constant changed after compiling reaches the lanes of its node only.
+  size_t target = nodes / 2;
+  while (bm->constantNames(target).empty())
+    ++target;
+  std::string name = bm->constantNames(target).front();
+  REQUIRE_OK(nm->setConstant(target, name, 3.5));
+  REQUIRE_OK(bm->setConstant(target, name, 3.5));
+  const size_t batch = 17;
+  std::vector<T> z(nodes * batch);
+  for (T &x : z)
+    x = T(pick(rng));
+  std::vector<T> a(z.size()), ab(z.size());
+  REQUIRE_OK(nm->forward(z, a, batch));
+  REQUIRE_OK(bm->forward(transposed(z, nodes, batch), ab, batch));
+  expectSameBits(transposed(ab, batch, nodes), a, "forward after setConstant");
+}
+
+
+} // namespace
+
+TEST_CASE("row kernels: batch-major layers with a pattern give the nodes-major bits, f32") {
+  REQUIRE_JIT();
+  for (const Shape &s : shapes())
+    checkShape<float>(s);
+}
+
+TEST_CASE("row kernels: batch-major layers with a pattern give the nodes-major bits, f64") {
+  REQUIRE_JIT();
+  for (const Shape &s : shapes())
+    checkShape<double>(s);
+}
+
+TEST_CASE("row kernels: scattered formulas keep the tile transposes") {
+  REQUIRE_JIT();
+  std::vector<NodeSpec> nodes;
+  for (const char *f : {"relu", "tanh", "gelu", "relu", "sigmoid", "tanh", "silu"})
+    nodes.push_back({f, {}});
+  auto bm = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .layout = Layout::BatchMajor});
+  REQUIRE_OK_EXPECTED(bm);
+  CHECK(bm->compileInfo().rowSegments == 0);
+}
