@@ -205,15 +205,20 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     directIn.push_back(arrayAt(a));
   for (unsigned k = 0; k < outputs; ++k)
     directOut.push_back(arrayAt(2 + k));
-  // Vector v of a block holds its elements v*lanes .. v*lanes + lanes-1.
-  std::vector<Value *> elemLive(P);
-  Value *liveElems = b.CreateVectorSplat(lanes, b.CreateMul(left, b.getInt64(P)));
-  for (unsigned v = 0; v < P; ++v)
-    elemLive[v] = b.CreateICmpSLT(b.CreateAdd(iota, b.CreateVectorSplat(lanes, b.getInt64(uint64_t(v) * lanes))),
-                                  liveElems);
   b.CreateCondBr(full, body, tailIn);
 
+  // Vector v of a block holds its elements v*lanes .. v*lanes + lanes-1:
+  // which are live in the partial block (made where used, off the main path).
+  auto liveMasks = [&] {
+    std::vector<Value *> live(P);
+    Value *liveElems = b.CreateVectorSplat(lanes, b.CreateMul(left, b.getInt64(P)));
+    for (unsigned v = 0; v < P; ++v)
+      live[v] = b.CreateICmpSLT(b.CreateAdd(iota, b.CreateVectorSplat(lanes, b.getInt64(uint64_t(v) * lanes))),
+                                liveElems);
+    return live;
+  };
   b.SetInsertPoint(tailIn);
+  std::vector<Value *> elemLive = liveMasks();
   auto vectorIn = [&](Value *p, unsigned v) { return b.CreateConstInBoundsGEP1_64(et, p, uint64_t(v) * lanes); };
   for (unsigned a = 0; a < inputs; ++a)
     for (unsigned v = 0; v < P; ++v)
@@ -269,6 +274,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   b.CreateCondBr(full, latch, tailOut);
 
   b.SetInsertPoint(tailOut);
+  elemLive = liveMasks();
   for (unsigned k = 0; k < outputs; ++k)
     for (unsigned v = 0; v < P; ++v)
       b.CreateMaskedStore(b.CreateAlignedLoad(vt, vectorIn(buffers[inputs + k], v), align),
