@@ -212,8 +212,10 @@ Expected<Method> gpuFailed(const Error &failure) {
 }
 
 Error checkGpuId(Method method, int gpuId) {
+  if (method != Method::Cuda)
+    return Error::success();
   const RuntimeInfo &rt = runtimeInfo();
-  if (method != Method::Cuda || (gpuId >= 0 && gpuId < rt.numGpus))
+  if (gpuId >= 0 && gpuId < rt.numGpus)
     return Error::success();
   return Error(ErrorCode::InvalidArgument,
                rt.numGpus ? fmt::format("GPU id {} is out of range: valid ids are 0..{}", gpuId, rt.numGpus - 1)
@@ -272,6 +274,14 @@ Expected<Method> parseMethod(std::string_view name) {
 }
 
 Expected<Method> resolveMethod(Method asked) {
+  // The CPU methods need no GPU probe (loading the CUDA driver and cuInit
+  // take from a millisecond to hundreds of them).
+  if (asked == Method::CpuInterp)
+    return asked;
+  if (asked == Method::CpuJit) {
+    if (detail::HostJIT::get())
+      return asked;
+  }
   const RuntimeInfo &info = runtimeInfo();
   if (asked == Method::Auto)
     return info.defaultMethod;
