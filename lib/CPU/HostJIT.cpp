@@ -84,7 +84,12 @@ public:
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
     self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(*jtmb);
 
-    auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(*jtmb).create();
+    // No platform: kernels have no static initializers to run, and setting
+    // one up measured 0.5-0.8 ms of a 6 ms cache hit in a fresh process.
+    auto jit = llvm::orc::LLJITBuilder()
+                   .setJITTargetMachineBuilder(*jtmb)
+                   .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+                   .create();
     if (!jit)
       return fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
     self->jit_ = std::move(*jit);
@@ -143,11 +148,19 @@ public:
       if (llvm::Error e = jit_->addObjectFile(*jd, std::move(buffer)))
         return fromLLVM(std::move(e), "cannot load the compiled object");
     }
+    // One lookup for every symbol: each lookup is a round of the session's
+    // work queue.
+    llvm::orc::SymbolLookupSet wanted;
+    for (const std::string &s : symbols)
+      wanted.add(jit_->mangleAndIntern(s));
+    auto found = jit_->getExecutionSession().lookup(llvm::orc::makeJITDylibSearchOrder(&*jd), std::move(wanted));
+    if (!found)
+      return fromLLVM(found.takeError(), "cannot resolve the kernels");
     for (const std::string &s : symbols) {
-      auto addr = jit_->lookup(*jd, s);
-      if (!addr)
-        return fromLLVM(addr.takeError(), fmt::format("cannot resolve kernel '{}'", s));
-      lib->symbols_.emplace_back(s, addr->toPtr<void *>());
+      auto it = found->find(jit_->mangleAndIntern(s));
+      if (it == found->end())
+        return Error(ErrorCode::Internal, fmt::format("cannot resolve kernel '{}'", s));
+      lib->symbols_.emplace_back(s, it->second.getAddress().toPtr<void *>());
     }
     if (stats)
       stats->loadMs = msSince(t0);
