@@ -8,6 +8,7 @@
 #include "CUDA/PTXCompiler.h"
 #include "CodeGen/Pipeline.h"
 #include "Model/CompiledModel.h"
+#include "Model/RowKernels.h"
 #include "Runtime/Warn.h"
 
 #include "hsnn/Runtime.h"
@@ -196,6 +197,21 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
     for (KernelKind k : detail::kActivationKinds)
       entry.nodeKernel[size_t(k)].push_back(symbol(unit, k));
     entry.constantKernel.push_back(symbol(unit, KernelKind::ConstantGradient));
+  }
+  // Batch-major layers with a pattern: row kernels for the whole-layer entry points.
+  size_t lanes = target->emit.vectorBits / (dtype == DType::F32 ? 32 : 64);
+  if (auto plan = layout == Layout::BatchMajor ? detail::planRowSegments(model.unitOf, lanes) : std::nullopt) {
+    for (const detail::RowSegment &seg : *plan)
+      entry.rowSegments.push_back({seg.first, seg.periods, {}, {}});
+    for (KernelKind k : detail::kActivationKinds) {
+      detail::RowKernelSet set = detail::rowKernels(*plan, model, k, name);
+      for (size_t g = 0; g < plan->size(); ++g) {
+        entry.rowSegments[g].kernel[size_t(k)] = set.requests[set.requestOf[g]].symbol;
+        entry.rowSegments[g].tableAt[size_t(k)] = set.tableAt[g];
+      }
+      entry.rowTableSource[size_t(k)] = std::move(set.tableSource);
+      requests.insert(requests.end(), set.requests.begin(), set.requests.end());
+    }
   }
   detail::PipelineOptions po = pipelineOptions(*target, options);
   auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,

@@ -2,12 +2,11 @@
 #include "HostJitEngine.h"
 
 #include "Program/Launch.h"
-#include "Program/RowPlan.h"
+#include "Model/RowKernels.h"
 #include "hsnn/Version.h"
 
 #include <algorithm>
 #include <fmt/format.h>
-#include <map>
 #include <mutex>
 #include <tbb/parallel_for.h>
 
@@ -22,7 +21,6 @@ constexpr size_t kMinPerChunk = 3, kSmallChunks = 4, kMaxPerChunk = 128;
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
 constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
-constexpr size_t kRowTablePadding = 64;     // a vector of any width past a row kernel's constants
 
 // Everything that changes the object: the tapes (the canonical form of the
 // formulas after simplification and differentiation), kernel kinds, dtype,
@@ -353,28 +351,17 @@ private:
     size_t rows = std::clamp<size_t>(kRowTaskElements / nodes, 1, a.batch), blocks = (a.batch + rows - 1) / rows;
     const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
     T *out0 = static_cast<T *>(a.out0), *out1 = static_cast<T *>(a.out1);
-    // Each segment's constants as T, one row per (slot, constant) and one
-    // column per period (KernelSpec.h): O(nodes) per call.
-    const auto &constantRows = rowConstantRows_[size_t(kind)];
-    std::vector<size_t> tableAt(segments + 1, 0);
-    for (size_t g = 0; g < segments; ++g)
-      tableAt[g + 1] = tableAt[g] + constantRows[g].back() * plan[g].periods;
-    std::vector<T> table(tableAt.back() + kRowTablePadding);
-    for (size_t g = 0; g < segments; ++g) {
-      const RowSegment &seg = plan[g];
-      size_t P = seg.slots.size();
-      for (size_t s = 0; s < P; ++s)
-        for (size_t j = constantRows[g][s]; j < constantRows[g][s + 1]; ++j)
-          for (size_t q = 0; q < seg.periods; ++q)
-            table[tableAt[g] + j * seg.periods + q] =
-                T(params.values[m.offsets[seg.first + q * P + s] + (j - constantRows[g][s])]);
-    }
+    // The constants as T in the kernels' layout (RowKernels.h): O(nodes) per call.
+    const RowTable &layout = rowTable_[size_t(kind)];
+    std::vector<T> table(layout.source.size() + kRowTablePadding);
+    for (size_t i = 0; i < layout.source.size(); ++i)
+      table[i] = T(params.values[layout.source[i]]);
     forBlocks(blocks * segments, rows * nodes / segments, [&](size_t t) {
       size_t g = t % segments;
       const RowSegment &seg = plan[g];
       size_t r0 = t / segments * rows, at = r0 * nodes + seg.first;
       auto fn = reinterpret_cast<RowKernelFn<T>>(fns[g]);
-      fn(z + at, err ? err + at : nullptr, out0 + at, out1 ? out1 + at : nullptr, table.data() + tableAt[g],
+      fn(z + at, err ? err + at : nullptr, out0 + at, out1 ? out1 + at : nullptr, table.data() + layout.at[g],
          int64_t(std::min(rows, a.batch - r0)), int64_t(nodes), int64_t(seg.periods));
     });
   }
@@ -397,25 +384,15 @@ private:
     rowPlan_ = planRowSegments(m.unitOf, lanes);
   }
 
-  // One request per distinct slot pattern; index[g] is segment g's.
+  // The kind's row kernels appended to `requests`; index[g] is segment g's.
   void rowRequests(KernelKind kind, const std::string &prefix, std::vector<KernelRequest> &requests,
                    std::vector<size_t> &index) {
-    const CompiledModel &m = model();
-    std::map<std::vector<uint32_t>, size_t> seen;
-    index.assign(rowPlan_->size(), 0);
-    for (size_t g = 0; g < rowPlan_->size(); ++g) {
-      const std::vector<uint32_t> &slots = (*rowPlan_)[g].slots;
-      std::vector<const Program *> programs;
-      for (uint32_t u : slots)
-        programs.push_back(m.units[u].programs[size_t(kind)]);
-      rowConstantRows_[size_t(kind)].push_back(rowConstantRows(programs));
-      auto [it, fresh] = seen.try_emplace(slots, requests.size());
-      index[g] = it->second;
-      if (!fresh)
-        continue;
-      requests.push_back({fmt::format("{}_row{}_{}", prefix, seen.size() - 1, kindName(kind)), programs[0], kind,
-                          m.options.dtype, false, std::move(programs)});
-    }
+    RowKernelSet set = rowKernels(*rowPlan_, model(), kind, prefix);
+    index.clear();
+    for (size_t r : set.requestOf)
+      index.push_back(requests.size() + r);
+    requests.insert(requests.end(), set.requests.begin(), set.requests.end());
+    rowTable_[size_t(kind)] = {std::move(set.tableAt), std::move(set.tableSource)};
   }
 
   template <class T> double runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const {
@@ -436,7 +413,11 @@ private:
   bool rowsPlanned_ = false;
   std::optional<std::vector<RowSegment>> rowPlan_; // batch-major layers with a pattern
   std::vector<void *> rowKernel_[kNumKernelKinds];  // per kind, per segment of rowPlan_
-  std::vector<std::vector<size_t>> rowConstantRows_[kNumKernelKinds]; // per kind, per segment
+  struct RowTable {
+    std::vector<size_t> at;      // per segment, its first entry
+    std::vector<uint64_t> source; // per entry, its index into the params
+  };
+  RowTable rowTable_[kNumKernelKinds];
   mutable LazyKind fused_, constants_;
 };
 

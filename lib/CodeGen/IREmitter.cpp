@@ -367,6 +367,72 @@ llvm::Error emitConstantGradientEntry(Module &m, const LayerEntryPoints &layer, 
   return llvm::Error::success();
 }
 
+// The whole-layer entry of activation kind k through row kernels: fills
+// the constants table from params, runs each segment over every row, frees
+// the table. The table is malloc'd (a wide layer's would not fit a small
+// thread stack); when malloc fails, `b` is left on an empty block for the
+// per-node path.
+llvm::Error emitRowDispatch(Module &m, const LayerEntryPoints &layer, int k, Function *whole, IRBuilder<> &b) {
+  LLVMContext &ctx = m.getContext();
+  Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
+  Type *t = layer.dtype == DType::F32 ? Type::getFloatTy(ctx) : Type::getDoubleTy(ctx);
+  const std::vector<uint64_t> &source = layer.rowTableSource[k];
+  const uint64_t entries = source.size() + kRowTablePadding;
+  Value *batch = whole->getArg(k == 0 ? 2 : 3), *params = whole->getArg(k == 0 ? 3 : 4);
+  BasicBlock *fill = BasicBlock::Create(ctx, "table.fill", whole), *run = BasicBlock::Create(ctx, "rows", whole);
+  FunctionCallee mallocFn = m.getOrInsertFunction("malloc", FunctionType::get(ptr, {i64}, false));
+  FunctionCallee freeFn = m.getOrInsertFunction("free", FunctionType::get(Type::getVoidTy(ctx), {ptr}, false));
+  Value *table = b.CreateCall(mallocFn, {b.getInt64(entries * (t->getPrimitiveSizeInBits() / 8))}, "table");
+  BasicBlock *entry = b.GetInsertBlock();
+
+  // table[i] = params[source[i]] as T; the padding zero.
+  b.SetInsertPoint(fill);
+  GlobalVariable *src = nullptr;
+  if (!source.empty())
+    src = new GlobalVariable(m, ArrayType::get(i64, source.size()), true, GlobalValue::InternalLinkage,
+                             ConstantDataArray::get(ctx, source), fmt::format("{}_row_table_{}", layer.name, k));
+  b.CreateMemSet(b.CreateConstInBoundsGEP1_64(t, table, source.size()), b.getInt8(0),
+                 kRowTablePadding * (t->getPrimitiveSizeInBits() / 8), Align(4));
+  if (src) {
+    BasicBlock *loop = BasicBlock::Create(ctx, "table.loop", whole, run);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(i64, 2, "i");
+    i->addIncoming(b.getInt64(0), fill);
+    Value *from = b.CreateLoad(i64, b.CreateInBoundsGEP(src->getValueType(), src, {b.getInt64(0), i}));
+    Value *v = b.CreateLoad(b.getDoubleTy(), b.CreateInBoundsGEP(b.getDoubleTy(), params, from));
+    b.CreateStore(t->isFloatTy() ? b.CreateFPTrunc(v, t) : v, b.CreateInBoundsGEP(t, table, i));
+    Value *next = b.CreateAdd(i, b.getInt64(1));
+    i->addIncoming(next, loop);
+    b.CreateCondBr(b.CreateICmpULT(next, b.getInt64(source.size())), loop, run);
+  } else {
+    b.CreateBr(run);
+  }
+
+  b.SetInsertPoint(run);
+  Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
+  auto *kernelTy = FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false);
+  for (const LayerEntryPoints::RowSegmentEntry &seg : layer.rowSegments) {
+    Function *kernel = m.getFunction(seg.kernel[k]);
+    if (!kernel)
+      return make_error<StringError>("missing row kernel " + seg.kernel[k], inconvertibleErrorCode());
+    auto arr = [&](unsigned a) { return b.CreateConstInBoundsGEP1_64(t, whole->getArg(a), seg.first); };
+    Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1), *o1 = k == 2 ? arr(2) : null;
+    b.CreateCall(kernelTy, kernel,
+                 {z, err, o0, o1, b.CreateConstInBoundsGEP1_64(t, table, seg.tableAt[k]), batch,
+                  b.getInt64(layer.offsets.size()), b.getInt64(seg.periods)});
+  }
+  b.CreateCall(freeFn, {table});
+  b.CreateRetVoid();
+
+  // No table (malloc failed): the per-node path, which follows.
+  b.SetInsertPoint(entry);
+  BasicBlock *perNode = BasicBlock::Create(ctx, "no.table", whole);
+  b.CreateCondBr(b.CreateIsNull(table), perNode, fill);
+  b.SetInsertPoint(perNode);
+  return llvm::Error::success();
+}
+
 } // namespace
 
 llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer) {
@@ -414,6 +480,10 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
       fwd.push_back(whole->getArg(i));
     fwd.push_back(wb.getInt64(0));
     fwd.push_back(wb.getInt64(nodes));
+    if (!layer.rowSegments.empty()) {
+      if (llvm::Error e = emitRowDispatch(m, layer, k, whole, wb)) // leaves wb on the per-node path
+        return e;
+    }
     wb.CreateCall(range, fwd);
     wb.CreateRetVoid();
   }

@@ -45,6 +45,10 @@ template <class T>
 using RowKernelFn = void (*)(const T *z, const T *err, T *out0, T *out1, const T *constants, int64_t rows,
                              int64_t ld, int64_t periods);
 
+/// Entries past a row kernel's constants table that its loads may touch (a
+/// vector of any width; those lanes are never stored): zeros.
+inline constexpr size_t kRowTablePadding = 64;
+
 /// The first row of each slot's constants in a row kernel's table, and the
 /// total (last entry): slot s's tape reads constants 0 .. (highest index it
 /// uses) of its node.
@@ -113,6 +117,17 @@ struct LayerEntryPoints {
   std::vector<double> defaultParams;        ///< The spec's constant values.
   std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per activation kind.
   std::vector<std::string> constantKernel;  ///< Per node, its ConstantGradient kernel (empty: none).
+  /// Batch-major layers with a row plan (RowPlan.h): the whole-layer entry
+  /// points run these segments through row kernels, filling the constants
+  /// table (entry i = params[rowTableSource[kind][i]]) at each call; the
+  /// _range forms keep the per-node kernels.
+  struct RowSegmentEntry {
+    uint64_t first = 0, periods = 0;
+    std::string kernel[3];  ///< Per activation kind.
+    uint64_t tableAt[3] = {}; ///< Per activation kind: its first table entry.
+  };
+  std::vector<RowSegmentEntry> rowSegments;
+  std::vector<uint64_t> rowTableSource[3];
 };
 
 } // namespace hsnn::detail

@@ -7,6 +7,7 @@
 // the nodes-major kernels bit for bit, for every kind and several batches.
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "AotLoad.h"
 #include "RequireJit.h"
 
 #include "Program/RowPlan.h"
@@ -145,6 +146,39 @@ template <class T> void checkShape(const Shape &shape) {
     // In place: each block is loaded before it is stored.
     REQUIRE_OK(bm->forward(zb, zb, batch));
     expectSameBits(transposed(zb, batch, nodes), a, "forward in place");
+  }
+
+  // The AOT object's whole-layer entry points run the same row kernels
+  // (its _range forms the per-node ones): the same bits, with the params
+  // given at the call (a copy with one value changed) read per node.
+  {
+    static int count = 0;
+    std::string aotName = fmt::format("rows_{}_{}", to_string(dt), count++);
+    AotLayer<T> aot = loadAot<T>(aotName, shape.nodes, Layout::BatchMajor);
+    const size_t batch = 37;
+    std::vector<T> z(nodes * batch), err(nodes * batch);
+    for (size_t i = 0; i < z.size(); ++i)
+      z[i] = T(pick(rng)), err[i] = T(pick(rng));
+    std::vector<double> params(aot.params, aot.params + nm->params().size());
+    size_t node = nodes - 1;
+    while (nm->constantNames(node).empty())
+      --node;
+    params[nm->offsets()[node]] = 2.75;
+    auto ref = ActivationLayer::compile(shape.nodes, {.method = Method::CpuJit, .dtype = dt});
+    REQUIRE_OK_EXPECTED(ref);
+    REQUIRE_OK(ref->setConstant(node, ref->constantNames(node).front(), 2.75));
+    std::vector<T> a(z.size()), d(z.size()), fa(z.size()), fd(z.size());
+    REQUIRE_OK(ref->forward(z, a, batch));
+    REQUIRE_OK(ref->backward(z, err, d, batch));
+    REQUIRE_OK(ref->fused(z, fa, fd, batch));
+    std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch), out(z.size()), out2(z.size());
+    aot.forward(zb.data(), out.data(), int64_t(batch), params.data());
+    expectSameBits(transposed(out, batch, nodes), a, "AOT forward");
+    aot.backward(zb.data(), eb.data(), out.data(), int64_t(batch), params.data());
+    expectSameBits(transposed(out, batch, nodes), d, "AOT backward");
+    aot.fused(zb.data(), out.data(), out2.data(), int64_t(batch), params.data());
+    expectSameBits(transposed(out, batch, nodes), fa, "AOT fused value");
+    expectSameBits(transposed(out2, batch, nodes), fd, "AOT fused derivative");
   }
 
   // A constant changed after compiling reaches the lanes of its node only.
