@@ -202,7 +202,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
   size_t lanes = target->emit.vectorBits / (dtype == DType::F32 ? 32 : 64);
   if (auto plan = layout == Layout::BatchMajor ? detail::planRowSegments(model.unitOf, lanes) : std::nullopt) {
     for (const detail::RowSegment &seg : *plan)
-      entry.rowSegments.push_back({seg.first, seg.periods, {}, {}});
+      entry.rowSegments.push_back({seg.first, seg.periods, seg.slots.size(), {}, {}});
     for (KernelKind k : detail::kActivationKinds) {
       detail::RowKernelSet set = detail::rowKernels(*plan, model, k, name);
       for (size_t g = 0; g < plan->size(); ++g) {

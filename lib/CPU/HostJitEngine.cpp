@@ -362,7 +362,7 @@ private:
       size_t r0 = t / segments * rows, at = r0 * nodes + seg.first;
       auto fn = reinterpret_cast<RowKernelFn<T>>(fns[g]);
       fn(z + at, err ? err + at : nullptr, out0 + at, out1 ? out1 + at : nullptr, table.data() + layout.at[g],
-         int64_t(std::min(rows, a.batch - r0)), int64_t(nodes), int64_t(seg.periods));
+         int64_t(std::min(rows, a.batch - r0)), int64_t(nodes), int64_t(seg.periods), int64_t(seg.periods));
     });
   }
 

@@ -367,34 +367,49 @@ llvm::Error emitConstantGradientEntry(Module &m, const LayerEntryPoints &layer, 
   return llvm::Error::success();
 }
 
-// The whole-layer entry of activation kind k through row kernels: fills
-// the constants table from params, runs each segment over every row, frees
-// the table. The table is malloc'd (a wide layer's would not fit a small
-// thread stack); when malloc fails, `b` is left on an empty block for the
-// per-node path.
-llvm::Error emitRowDispatch(Module &m, const LayerEntryPoints &layer, int k, Function *whole, IRBuilder<> &b) {
+// NAME_KIND_range of a layer with row kernels (activation kind k): fills
+// the constants table from params, runs the whole periods of each segment
+// inside [begin, end) through its row kernel over every row and the nodes
+// left at the ends through `perNode`, frees the table. The table is
+// malloc'd (a wide layer's would not fit a small thread stack); when
+// malloc fails, everything goes through `perNode`.
+llvm::Error emitRowRange(Module &m, const LayerEntryPoints &layer, int k, Function *range, Function *perNode) {
   LLVMContext &ctx = m.getContext();
   Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
   Type *t = layer.dtype == DType::F32 ? Type::getFloatTy(ctx) : Type::getDoubleTy(ctx);
+  const uint64_t elemBytes = t->getPrimitiveSizeInBits() / 8;
   const std::vector<uint64_t> &source = layer.rowTableSource[k];
-  const uint64_t entries = source.size() + kRowTablePadding;
-  Value *batch = whole->getArg(k == 0 ? 2 : 3), *params = whole->getArg(k == 0 ? 3 : 4);
-  BasicBlock *fill = BasicBlock::Create(ctx, "table.fill", whole), *run = BasicBlock::Create(ctx, "rows", whole);
+  const unsigned arrays = k == 0 ? 2 : 3;
+  Value *batch = range->getArg(arrays), *params = range->getArg(arrays + 1), *begin = range->getArg(arrays + 2),
+        *end = range->getArg(arrays + 3);
+  BasicBlock *entry = BasicBlock::Create(ctx, "entry", range), *fill = BasicBlock::Create(ctx, "table.fill", range),
+             *run = BasicBlock::Create(ctx, "rows", range), *noTable = BasicBlock::Create(ctx, "no.table", range);
+  IRBuilder<> b(entry);
+  auto callPerNode = [&](Value *from, Value *to) {
+    std::vector<Value *> args;
+    for (unsigned i = 0; i < arrays + 2; ++i)
+      args.push_back(range->getArg(i));
+    args.push_back(from);
+    args.push_back(to);
+    b.CreateCall(perNode, args);
+  };
   FunctionCallee mallocFn = m.getOrInsertFunction("malloc", FunctionType::get(ptr, {i64}, false));
   FunctionCallee freeFn = m.getOrInsertFunction("free", FunctionType::get(Type::getVoidTy(ctx), {ptr}, false));
-  Value *table = b.CreateCall(mallocFn, {b.getInt64(entries * (t->getPrimitiveSizeInBits() / 8))}, "table");
-  BasicBlock *entry = b.GetInsertBlock();
+  Value *table = b.CreateCall(mallocFn, {b.getInt64((source.size() + kRowTablePadding) * elemBytes)}, "table");
+  b.CreateCondBr(b.CreateIsNull(table), noTable, fill);
+
+  b.SetInsertPoint(noTable);
+  callPerNode(begin, end);
+  b.CreateRetVoid();
 
   // table[i] = params[source[i]] as T; the padding zero.
   b.SetInsertPoint(fill);
-  GlobalVariable *src = nullptr;
-  if (!source.empty())
-    src = new GlobalVariable(m, ArrayType::get(i64, source.size()), true, GlobalValue::InternalLinkage,
-                             ConstantDataArray::get(ctx, source), fmt::format("{}_row_table_{}", layer.name, k));
-  b.CreateMemSet(b.CreateConstInBoundsGEP1_64(t, table, source.size()), b.getInt8(0),
-                 kRowTablePadding * (t->getPrimitiveSizeInBits() / 8), Align(4));
-  if (src) {
-    BasicBlock *loop = BasicBlock::Create(ctx, "table.loop", whole, run);
+  b.CreateMemSet(b.CreateConstInBoundsGEP1_64(t, table, source.size()), b.getInt8(0), kRowTablePadding * elemBytes,
+                 Align(4));
+  if (!source.empty()) {
+    auto *src = new GlobalVariable(m, ArrayType::get(i64, source.size()), true, GlobalValue::InternalLinkage,
+                                   ConstantDataArray::get(ctx, source), fmt::format("{}_row_table_{}", layer.name, k));
+    BasicBlock *loop = BasicBlock::Create(ctx, "table.loop", range, run);
     b.CreateBr(loop);
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
@@ -409,27 +424,33 @@ llvm::Error emitRowDispatch(Module &m, const LayerEntryPoints &layer, int k, Fun
     b.CreateBr(run);
   }
 
+  // Segment [F, F + W) of period P meets [begin, end) in [lo, hi); its
+  // whole periods there are q0 .. q1 (none when q1 <= q0), and the nodes
+  // of [lo, hi) outside them go node by node (empty ranges do nothing).
   b.SetInsertPoint(run);
   Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
-  auto *kernelTy = FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false);
+  auto *kernelTy = FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64}, false);
   for (const LayerEntryPoints::RowSegmentEntry &seg : layer.rowSegments) {
     Function *kernel = m.getFunction(seg.kernel[k]);
     if (!kernel)
       return make_error<StringError>("missing row kernel " + seg.kernel[k], inconvertibleErrorCode());
-    auto arr = [&](unsigned a) { return b.CreateConstInBoundsGEP1_64(t, whole->getArg(a), seg.first); };
+    const uint64_t P = seg.slots, F = seg.first, W = seg.periods * P;
+    Value *lo = b.CreateBinaryIntrinsic(Intrinsic::smax, begin, b.getInt64(F));
+    Value *hi = b.CreateBinaryIntrinsic(Intrinsic::smax, b.CreateBinaryIntrinsic(Intrinsic::smin, end, b.getInt64(F + W)), lo);
+    Value *q0 = b.CreateUDiv(b.CreateAdd(b.CreateSub(lo, b.getInt64(F)), b.getInt64(P - 1)), b.getInt64(P));
+    Value *q1 = b.CreateBinaryIntrinsic(Intrinsic::umax, b.CreateUDiv(b.CreateSub(hi, b.getInt64(F)), b.getInt64(P)), q0);
+    Value *wholeFrom = b.CreateAdd(b.getInt64(F), b.CreateMul(q0, b.getInt64(P)));
+    Value *wholeTo = b.CreateAdd(b.getInt64(F), b.CreateMul(q1, b.getInt64(P)));
+    auto arr = [&](unsigned a) { return b.CreateGEP(t, range->getArg(a), wholeFrom); };
     Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1), *o1 = k == 2 ? arr(2) : null;
     b.CreateCall(kernelTy, kernel,
-                 {z, err, o0, o1, b.CreateConstInBoundsGEP1_64(t, table, seg.tableAt[k]), batch,
-                  b.getInt64(layer.offsets.size()), b.getInt64(seg.periods)});
+                 {z, err, o0, o1, b.CreateGEP(t, table, b.CreateAdd(b.getInt64(seg.tableAt[k]), q0)), batch,
+                  b.getInt64(layer.offsets.size()), b.CreateSub(q1, q0), b.getInt64(seg.periods)});
+    callPerNode(lo, b.CreateBinaryIntrinsic(Intrinsic::smin, hi, wholeFrom));
+    callPerNode(b.CreateBinaryIntrinsic(Intrinsic::smax, lo, wholeTo), hi);
   }
   b.CreateCall(freeFn, {table});
   b.CreateRetVoid();
-
-  // No table (malloc failed): the per-node path, which follows.
-  b.SetInsertPoint(entry);
-  BasicBlock *perNode = BasicBlock::Create(ctx, "no.table", whole);
-  b.CreateCondBr(b.CreateIsNull(table), perNode, fill);
-  b.SetInsertPoint(perNode);
   return llvm::Error::success();
 }
 
@@ -457,16 +478,28 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
     std::vector<Type *> params(arrays, ptr);
     params.insert(params.end(), {i64, ptr, i64, i64});
     auto *rangeTy = FunctionType::get(Type::getVoidTy(ctx), params, false);
-    Function *range = Function::Create(rangeTy, Function::ExternalLinkage, layer.name + "_" + kinds[k] + "_range", m);
-    range->setDoesNotThrow();
+    // With row kernels, the per-node dispatch serves the range's nodes that
+    // do not fill a whole period.
+    bool rows = !layer.rowSegments.empty();
+    std::string rangeName = layer.name + "_" + kinds[k] + "_range";
+    Function *perNode = Function::Create(rangeTy, rows ? Function::InternalLinkage : Function::ExternalLinkage,
+                                         rows ? layer.name + "_" + kinds[k] + "_per_node" : rangeName, m);
+    perNode->setDoesNotThrow();
+    Function *range = perNode;
     Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
-    emitNodeDispatch(range, *table, offsetTable, layer, range->getArg(arrays), range->getArg(arrays + 1),
-                     range->getArg(arrays + 2), range->getArg(arrays + 3), [&](IRBuilder<> &b, Value *base, Value *) {
-                       auto arr = [&](unsigned i) { return b.CreateGEP(t, range->getArg(i), base); };
+    emitNodeDispatch(perNode, *table, offsetTable, layer, perNode->getArg(arrays), perNode->getArg(arrays + 1),
+                     perNode->getArg(arrays + 2), perNode->getArg(arrays + 3), [&](IRBuilder<> &b, Value *base, Value *) {
+                       auto arr = [&](unsigned i) { return b.CreateGEP(t, perNode->getArg(i), base); };
                        Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1),
                              *o1 = k == 2 ? arr(2) : null;
                        return std::array<Value *, 4>{z, err, o0, o1};
                      });
+    if (rows) {
+      range = Function::Create(rangeTy, Function::ExternalLinkage, rangeName, m);
+      range->setDoesNotThrow();
+      if (llvm::Error e = emitRowRange(m, layer, k, range, perNode))
+        return e;
+    }
 
     // NAME_KIND(a0, a1, a2, batch, params): every node.
     std::vector<Type *> wholeParams(arrays, ptr);
@@ -480,10 +513,6 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
       fwd.push_back(whole->getArg(i));
     fwd.push_back(wb.getInt64(0));
     fwd.push_back(wb.getInt64(nodes));
-    if (!layer.rowSegments.empty()) {
-      if (llvm::Error e = emitRowDispatch(m, layer, k, whole, wb)) // leaves wb on the per-node path
-        return e;
-    }
     wb.CreateCall(range, fwd);
     wb.CreateRetVoid();
   }

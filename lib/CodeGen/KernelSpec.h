@@ -39,11 +39,13 @@ using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *
 /// A batch-major row kernel (RowPlan.h) over `rows` rows of a segment of
 /// periods of P nodes: element (r, q, s) is at [r*ld + q*P + s], node (q, s)
 /// runs slot s's tape (the activation kind's semantics above). Its constant
-/// j is constants[(base_s + j) * periods + q] (rowConstantRows gives the
-/// base_s), converted to T: each lane's constants are one vector load.
+/// j is constants[(base_s + j) * stride + q] (rowConstantRows gives the
+/// base_s; stride >= periods, so a run of a segment's periods can use the
+/// segment's table), converted to T: each lane's constants are one vector
+/// load.
 template <class T>
 using RowKernelFn = void (*)(const T *z, const T *err, T *out0, T *out1, const T *constants, int64_t rows,
-                             int64_t ld, int64_t periods);
+                             int64_t ld, int64_t periods, int64_t stride);
 
 /// Entries past a row kernel's constants table that its loads may touch (a
 /// vector of any width; those lanes are never stored): zeros.
@@ -117,12 +119,12 @@ struct LayerEntryPoints {
   std::vector<double> defaultParams;        ///< The spec's constant values.
   std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per activation kind.
   std::vector<std::string> constantKernel;  ///< Per node, its ConstantGradient kernel (empty: none).
-  /// Batch-major layers with a row plan (RowPlan.h): the whole-layer entry
-  /// points run these segments through row kernels, filling the constants
-  /// table (entry i = params[rowTableSource[kind][i]]) at each call; the
-  /// _range forms keep the per-node kernels.
+  /// Batch-major layers with a row plan (RowPlan.h): the entry points run
+  /// the whole periods of these segments through row kernels, filling the
+  /// constants table (entry i = params[rowTableSource[kind][i]]) at each
+  /// call, and the other nodes through the per-node kernels.
   struct RowSegmentEntry {
-    uint64_t first = 0, periods = 0;
+    uint64_t first = 0, periods = 0, slots = 1; ///< Nodes first .. first + periods * slots.
     std::string kernel[3];  ///< Per activation kind.
     uint64_t tableAt[3] = {}; ///< Per activation kind: its first table entry.
   };

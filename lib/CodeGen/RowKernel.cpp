@@ -144,11 +144,12 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     return make_error<StringError>("a row kernel is elementwise over a layer", inconvertibleErrorCode());
   Type *et = r.dtype == DType::F32 ? Type::getFloatTy(ctx) : Type::getDoubleTy(ctx);
   Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
-  auto *fty = FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false);
+  auto *fty = FunctionType::get(Type::getVoidTy(ctx), {ptr, ptr, ptr, ptr, ptr, i64, i64, i64, i64}, false);
   Function *fn = Function::Create(fty, Function::ExternalLinkage, r.symbol, m);
   setCpuKernelAttributes(*fn, o);
   fn->addParamAttr(4, Attribute::ReadOnly);
-  Value *table = fn->getArg(4), *rows = fn->getArg(5), *ld = fn->getArg(6), *periods = fn->getArg(7);
+  Value *table = fn->getArg(4), *rows = fn->getArg(5), *ld = fn->getArg(6), *periods = fn->getArg(7),
+        *stride = fn->getArg(8);
 
   const unsigned P = unsigned(r.rowSlots.size());
   const std::vector<size_t> constantRows = rowConstantRows(r.rowSlots);
@@ -254,7 +255,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     // The table has `lanes` elements of padding: the last block's loads
     // stay inside it, and dead lanes are never stored.
     lowering.constants(b, *r.rowSlots[s], nullptr, vt, slot, [&](unsigned j) -> Value * {
-      Value *at = b.CreateAdd(b.CreateMul(b.getInt64(constantRows[s] + j), periods), q0);
+      Value *at = b.CreateAdd(b.CreateMul(b.getInt64(constantRows[s] + j), stride), q0);
       return b.CreateAlignedLoad(vt, b.CreateInBoundsGEP(et, table, at), align);
     });
     ElementIO io{fn, nullptr, vt, 0};

@@ -148,9 +148,9 @@ template <class T> void checkShape(const Shape &shape) {
     expectSameBits(transposed(zb, batch, nodes), a, "forward in place");
   }
 
-  // The AOT object's whole-layer entry points run the same row kernels
-  // (its _range forms the per-node ones): the same bits, with the params
-  // given at the call (a copy with one value changed) read per node.
+  // The AOT object's entry points run the same row kernels: the same bits,
+  // with the params given at the call (a copy with one value changed) read
+  // per node.
   {
     static int count = 0;
     std::string aotName = fmt::format("rows_{}_{}", to_string(dt), count++);
@@ -174,6 +174,23 @@ template <class T> void checkShape(const Shape &shape) {
     std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch), out(z.size()), out2(z.size());
     aot.forward(zb.data(), out.data(), int64_t(batch), params.data());
     expectSameBits(transposed(out, batch, nodes), a, "AOT forward");
+    // _range over pieces cut anywhere (inside periods too): row kernels for
+    // the whole periods, the per-node kernels for the rest.
+    std::fill(out.begin(), out.end(), T(0));
+    std::vector<size_t> cuts = {0, 1, nodes / 3, nodes / 3 + 5, nodes / 2 + 2, nodes - 1, nodes};
+    for (size_t c = 0; c + 1 < cuts.size(); ++c)
+      aot.forwardRange(zb.data(), out.data(), int64_t(batch), params.data(), int64_t(cuts[c]), int64_t(cuts[c + 1]));
+    expectSameBits(transposed(out, batch, nodes), a, "AOT forward_range in pieces");
+    // One piece writes its nodes and no others.
+    std::fill(out.begin(), out.end(), T(7));
+    size_t from = nodes / 3 + 1, to = nodes / 2 + 3;
+    aot.forwardRange(zb.data(), out.data(), int64_t(batch), params.data(), int64_t(from), int64_t(to));
+    std::vector<T> want = transposed(a, nodes, batch);
+    for (size_t r = 0; r < batch; ++r)
+      for (size_t n = 0; n < nodes; ++n)
+        if (n < from || n >= to)
+          want[r * nodes + n] = T(7);
+    expectSameBits(out, want, "AOT forward_range of one piece");
     aot.backward(zb.data(), eb.data(), out.data(), int64_t(batch), params.data());
     expectSameBits(transposed(out, batch, nodes), d, "AOT backward");
     aot.fused(zb.data(), out.data(), out2.data(), int64_t(batch), params.data());
