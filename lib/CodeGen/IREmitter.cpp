@@ -31,9 +31,15 @@ public:
     Type *i64 = Type::getInt64Ty(ctx_);
     bool loss = isLoss(r.kind);
     bool strided = r.strided && !loss;
-    FunctionType *fty = loss      ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, et}, false)
-                        : strided ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
-                                  : FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64}, false);
+    const bool multi = !r.units.empty();
+    if (multi && (loss || strided || kindInfo(r.kind).constants))
+      return make_error<StringError>("several tapes in one kernel are for contiguous activation kinds",
+                                     inconvertibleErrorCode());
+    // Arg 6: the stride (strided) or the unit (multi).
+    FunctionType *fty = loss ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, et}, false)
+                        : strided || multi
+                            ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
+                            : FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64}, false);
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
     Function *fn = Function::Create(fty, Function::ExternalLinkage, r.symbol, m_);
@@ -54,10 +60,13 @@ public:
       b.setFastMathFlags(FastMathFlags::getFast());
     Value *n = fn->getArg(nArg);
     const Program &p = *r.program;
+    const bool switched = r.units.size() > 1;
 
-    // Constants and numbers once, before the loop.
+    // Constants and numbers once, before the loop (inside each case when
+    // the tape is picked per call).
     std::vector<Value *> slot;
-    lowering_.constants(b, p, fn->getArg(paramsArg), vt, slot);
+    if (!switched)
+      lowering_.constants(b, p, fn->getArg(paramsArg), vt, slot);
     SmallVector<Constant *, 16> iotaLanes;
     for (unsigned l = 0; l < lanes; ++l)
       iotaLanes.push_back(b.getInt64(l));
@@ -142,6 +151,36 @@ public:
       for (size_t j = 0; j < numSums; ++j) {
         Value *term = wide(slot[p.outputs[j]]);
         sums[j].add(loss ? term : b.CreateFMul(wide(io.preloaded[1]), term), mask);
+      }
+    } else if (switched) {
+      // One case per tape; the outputs meet in PHIs (the same kind: the
+      // same outputs in the same order).
+      BasicBlock *merge = block("merge");
+      std::vector<BasicBlock *> cases;
+      for (size_t u = 0; u < r.units.size(); ++u)
+        cases.push_back(BasicBlock::Create(ctx_, fmt::format("unit{}", u), fn, merge));
+      SwitchInst *sw = b.CreateSwitch(fn->getArg(6), cases[0], unsigned(r.units.size()));
+      for (size_t u = 1; u < r.units.size(); ++u)
+        sw->addCase(b.getInt64(u), cases[u]);
+      std::vector<std::vector<std::pair<Value *, unsigned>>> caseOutputs(r.units.size());
+      std::vector<BasicBlock *> ends;
+      for (size_t u = 0; u < r.units.size(); ++u) {
+        b.SetInsertPoint(cases[u]);
+        std::vector<Value *> unitSlot;
+        lowering_.constants(b, *r.units[u], fn->getArg(paramsArg), vt, unitSlot);
+        io.store = [&](Value *v, unsigned arg) { caseOutputs[u].emplace_back(v, arg); };
+        llvm::Expected<Value *> done = lowering_.element(b, r.kind, *r.units[u], unitSlot, io, nullptr);
+        if (!done)
+          return done.takeError();
+        ends.push_back(b.GetInsertBlock());
+        b.CreateBr(merge);
+      }
+      b.SetInsertPoint(merge);
+      for (size_t k = 0; k < caseOutputs[0].size(); ++k) {
+        PHINode *phi = b.CreatePHI(vt, unsigned(r.units.size()));
+        for (size_t u = 0; u < r.units.size(); ++u)
+          phi->addIncoming(caseOutputs[u][k].first, ends[u]);
+        outputs.emplace_back(phi, caseOutputs[0][k].second);
       }
     } else {
       io.accumulate = [&](Value *value) { return sums.front().add(value, mask); };

@@ -27,6 +27,11 @@ namespace hsnn::detail {
 /// `params` points at the node's constants (sorted by name).
 template <class T>
 using ActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const double *params, int64_t n);
+/// The same for one of several tapes compiled into one function (a request
+/// with `units`): `unit` picks the tape.
+template <class T>
+using MultiActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, const double *params, int64_t n,
+                                   int64_t unit);
 
 /// Over n contiguous elements, returning the sum of the losses in double
 /// (the summing kinds; 0 otherwise):
@@ -78,6 +83,11 @@ struct KernelRequest {
   /// Activation kinds: a row kernel (RowKernelFn) whose slot s runs
   /// rowSlots[s]; `program` is then rowSlots[0].
   std::vector<const Program *> rowSlots{};
+  /// Elementwise activation kinds, contiguous: one function for these
+  /// tapes (MultiActivationFn), its loop around a switch on `unit`; code
+  /// generation costs ~1.7 ms per function here, most of it the loop, so
+  /// a layer of many formulas compiles ~2x faster. `program` is units[0].
+  std::vector<const Program *> units{};
 };
 
 /// A layer's GPU kernel of one activation kind: one launch runs every node.
