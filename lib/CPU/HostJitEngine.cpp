@@ -34,7 +34,7 @@ constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kerne
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-6")
+  k.add("format", "hsnn-host-object-7")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -48,9 +48,12 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
         .add("kind", kindName(r.kind))
         .add("dtype", to_string(r.dtype))
         .add("tape", r.program->fingerprint())
-        .add("row-slots", uint64_t(r.rowSlots.size()));
+        .add("row-slots", uint64_t(r.rowSlots.size()))
+        .add("units", uint64_t(r.units.size()));
     for (const Program *slot : r.rowSlots)
       k.add("row-slot", slot->fingerprint());
+    for (const Program *unit : r.units)
+      k.add("unit", unit->fingerprint());
   }
   return k.finish();
 }
