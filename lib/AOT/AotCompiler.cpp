@@ -8,7 +8,7 @@
 #include "CUDA/PTXCompiler.h"
 #include "CodeGen/Pipeline.h"
 #include "Model/CompiledModel.h"
-#include "Model/RowKernels.h"
+#include "Model/KernelRequests.h"
 #include "Runtime/Warn.h"
 
 #include "hsnn/Runtime.h"
@@ -185,19 +185,28 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
 
   // One kernel set per formula (or per formula and constants when baked).
   std::vector<KernelRequest> requests;
-  detail::LayerEntryPoints entry{name, dtype, layout, model.offsets, model.defaultParams, {}, {}};
+  detail::LayerEntryPoints entry;
+  entry.name = name;
+  entry.dtype = dtype;
+  entry.layout = layout;
+  entry.offsets = model.offsets;
+  entry.defaultParams = model.defaultParams;
   auto symbol = [&](size_t unit, KernelKind k) { return fmt::format("{}_u{}_{}", name, unit, detail::kindName(k)); };
-  for (size_t u = 0; u < model.units.size(); ++u)
-    for (KernelKind k : detail::kActivationKinds)
-      requests.push_back({symbol(u, k), model.units[u].programs[size_t(k)], k, dtype, layout == Layout::BatchMajor});
+  // The elementwise kinds several formulas per function (much faster to
+  // compile), the constant gradients one per formula.
+  for (KernelKind k : detail::kActivationKinds) {
+    detail::MultiKernelSet set = detail::multiUnitKernels(model, k, name, layout == Layout::BatchMajor);
+    for (uint32_t unit : model.unitOf) {
+      entry.nodeKernel[size_t(k)].push_back(set.requests[set.requestOf[unit]].symbol);
+      entry.nodeCase[size_t(k)].push_back(set.caseOf[unit]);
+    }
+    requests.insert(requests.end(), set.requests.begin(), set.requests.end());
+  }
   for (size_t u = 0; u < model.units.size(); ++u)
     requests.push_back({symbol(u, KernelKind::ConstantGradient), model.units[u].programs[size_t(KernelKind::ConstantGradient)],
                         KernelKind::ConstantGradient, dtype, layout == Layout::BatchMajor});
-  for (uint32_t unit : model.unitOf) {
-    for (KernelKind k : detail::kActivationKinds)
-      entry.nodeKernel[size_t(k)].push_back(symbol(unit, k));
+  for (uint32_t unit : model.unitOf)
     entry.constantKernel.push_back(symbol(unit, KernelKind::ConstantGradient));
-  }
   // Batch-major layers with a pattern: row kernels for the whole-layer entry points.
   size_t lanes = target->emit.vectorBits / (dtype == DType::F32 ? 32 : 64);
   if (auto plan = layout == Layout::BatchMajor ? detail::planRowSegments(model.unitOf, lanes) : std::nullopt) {

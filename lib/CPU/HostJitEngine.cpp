@@ -2,7 +2,7 @@
 #include "HostJitEngine.h"
 
 #include "Program/Launch.h"
-#include "Model/RowKernels.h"
+#include "Model/KernelRequests.h"
 #include "hsnn/Version.h"
 
 #include <algorithm>
@@ -16,12 +16,6 @@ namespace {
 // Kernel functions per object: small layers in at most 4 objects; large
 // ones in objects of 128 functions (finer progress and load balance).
 constexpr size_t kMinPerChunk = 1, kSmallChunks = 4, kMaxPerChunk = 128;
-// Elementwise kinds put up to kMaxUnitsPerKernel formulas in one function
-// (a switch inside the loop), in at least kMultiKernels functions per kind
-// for parallel code generation. Code generation costs ~1.5 ms per function
-// on this machine whatever its size: the W1 layer's cold compile went from
-// 25 to 15 ms, 2000 formulas from 5.3 to 0.9 s.
-constexpr size_t kMultiKernels = 2, kMaxUnitsPerKernel = 64;
 // Contiguous elements per activation call: long enough to amortise the
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
@@ -412,19 +406,11 @@ private:
   // (MultiActivationFn); index[u] is unit u's request, unitCase_ its case.
   void multiUnitRequests(KernelKind kind, const std::string &prefix, std::vector<KernelRequest> &requests,
                          std::vector<size_t> &index) {
-    const CompiledModel &m = model();
-    // At least kMultiKernels functions, for parallel code generation.
-    size_t per = std::clamp<size_t>((m.units.size() + kMultiKernels - 1) / kMultiKernels, 1, kMaxUnitsPerKernel);
-    for (size_t u0 = 0; u0 < m.units.size(); u0 += per) {
-      KernelRequest r{fmt::format("{}_u{}_{}", prefix, u0, kindName(kind)), m.units[u0].programs[size_t(kind)], kind,
-                      m.options.dtype};
-      for (size_t u = u0; u < std::min(u0 + per, m.units.size()); ++u) {
-        unitCase_[size_t(kind)].push_back(int64_t(r.units.size()));
-        r.units.push_back(m.units[u].programs[size_t(kind)]);
-        index[u] = requests.size();
-      }
-      requests.push_back(std::move(r));
-    }
+    MultiKernelSet set = multiUnitKernels(model(), kind, prefix);
+    for (size_t u = 0; u < set.requestOf.size(); ++u)
+      index[u] = requests.size() + set.requestOf[u];
+    unitCase_[size_t(kind)] = std::move(set.caseOf);
+    requests.insert(requests.end(), set.requests.begin(), set.requests.end());
   }
 
   // The kind's row kernels appended to `requests`; index[g] is segment g's.

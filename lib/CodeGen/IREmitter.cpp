@@ -32,14 +32,17 @@ public:
     bool loss = isLoss(r.kind);
     bool strided = r.strided && !loss;
     const bool multi = !r.units.empty();
-    if (multi && (loss || strided || kindInfo(r.kind).constants))
-      return make_error<StringError>("several tapes in one kernel are for contiguous activation kinds",
+    if (multi && (loss || kindInfo(r.kind).constants))
+      return make_error<StringError>("several tapes in one kernel are for elementwise activation kinds",
                                      inconvertibleErrorCode());
-    // Arg 6: the stride (strided) or the unit (multi).
+    // After n: the stride (strided), then the unit (multi).
+    std::vector<Type *> argTypes = {ptr, ptr, ptr, ptr, ptr, i64};
+    if (strided)
+      argTypes.push_back(i64);
+    if (multi)
+      argTypes.push_back(i64);
     FunctionType *fty = loss ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, et}, false)
-                        : strided || multi
-                            ? FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64, i64}, false)
-                            : FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, i64}, false);
+                             : FunctionType::get(Type::getVoidTy(ctx_), argTypes, false);
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
     Function *fn = Function::Create(fty, Function::ExternalLinkage, r.symbol, m_);
@@ -159,7 +162,7 @@ public:
       std::vector<BasicBlock *> cases;
       for (size_t u = 0; u < r.units.size(); ++u)
         cases.push_back(BasicBlock::Create(ctx_, fmt::format("unit{}", u), fn, merge));
-      SwitchInst *sw = b.CreateSwitch(fn->getArg(6), cases[0], unsigned(r.units.size()));
+      SwitchInst *sw = b.CreateSwitch(fn->getArg(strided ? 7 : 6), cases[0], unsigned(r.units.size()));
       for (size_t u = 1; u < r.units.size(); ++u)
         sw->addCase(b.getInt64(u), cases[u]);
       std::vector<std::vector<std::pair<Value *, unsigned>>> caseOutputs(r.units.size());
@@ -355,8 +358,8 @@ llvm::Expected<GlobalVariable *> kernelTable(Module &m, const std::vector<std::s
 // `arrays(base, offset)` gives the four array arguments for node n, whose
 // elements start at `base` (n*batch nodes-major, n batch-major) and whose
 // constants at `offset`.
-void emitNodeDispatch(Function *fn, GlobalVariable *table, GlobalVariable *offsetTable, const LayerEntryPoints &layer,
-                      Value *batch, Value *params, Value *begin, Value *end,
+void emitNodeDispatch(Function *fn, GlobalVariable *table, GlobalVariable *offsetTable, GlobalVariable *caseTable,
+                      const LayerEntryPoints &layer, Value *batch, Value *params, Value *begin, Value *end,
                       const std::function<std::array<Value *, 4>(IRBuilder<> &, Value *base, Value *offset)> &arrays) {
   LLVMContext &ctx = fn->getContext();
   Type *ptr = PointerType::getUnqual(ctx), *i64 = Type::getInt64Ty(ctx);
@@ -375,6 +378,10 @@ void emitNodeDispatch(Function *fn, GlobalVariable *table, GlobalVariable *offse
   std::vector<Type *> types = {ptr, ptr, ptr, ptr, ptr, i64};
   if (strided) {
     args.push_back(b.getInt64(layer.offsets.size()));
+    types.push_back(i64);
+  }
+  if (caseTable) { // the node's formula in a kernel of several
+    args.push_back(b.CreateLoad(i64, b.CreateInBoundsGEP(i64, caseTable, n)));
     types.push_back(i64);
   }
   b.CreateCall(FunctionType::get(Type::getVoidTy(ctx), types, false), kernel, args);
@@ -398,7 +405,7 @@ llvm::Error emitConstantGradientEntry(Module &m, const LayerEntryPoints &layer, 
                                   Function::ExternalLinkage, layer.name + "_constant_gradient", m);
   fn->setDoesNotThrow();
   Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
-  emitNodeDispatch(fn, *table, offsetTable, layer, fn->getArg(3), fn->getArg(4), ConstantInt::get(i64, 0),
+  emitNodeDispatch(fn, *table, offsetTable, nullptr, layer, fn->getArg(3), fn->getArg(4), ConstantInt::get(i64, 0),
                    ConstantInt::get(i64, layer.offsets.size()), [&](IRBuilder<> &b, Value *base, Value *off) {
                      return std::array<Value *, 4>{b.CreateGEP(t, fn->getArg(0), base), b.CreateGEP(t, fn->getArg(1), base),
                                                    b.CreateGEP(b.getDoubleTy(), fn->getArg(2), off), null};
@@ -526,7 +533,13 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
     perNode->setDoesNotThrow();
     Function *range = perNode;
     Value *null = ConstantPointerNull::get(cast<PointerType>(ptr));
-    emitNodeDispatch(perNode, *table, offsetTable, layer, perNode->getArg(arrays), perNode->getArg(arrays + 1),
+    GlobalVariable *caseTable = nullptr;
+    if (!layer.nodeCase[k].empty()) {
+      std::vector<uint64_t> cases(layer.nodeCase[k].begin(), layer.nodeCase[k].end());
+      caseTable = new GlobalVariable(m, ArrayType::get(i64, cases.size()), true, GlobalValue::InternalLinkage,
+                                     ConstantDataArray::get(ctx, cases), layer.name + "_" + kinds[k] + "_cases");
+    }
+    emitNodeDispatch(perNode, *table, offsetTable, caseTable, layer, perNode->getArg(arrays), perNode->getArg(arrays + 1),
                      perNode->getArg(arrays + 2), perNode->getArg(arrays + 3), [&](IRBuilder<> &b, Value *base, Value *) {
                        auto arr = [&](unsigned i) { return b.CreateGEP(t, perNode->getArg(i), base); };
                        Value *z = arr(0), *err = k == 1 ? arr(1) : null, *o0 = k == 1 ? arr(2) : arr(1),

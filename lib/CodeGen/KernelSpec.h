@@ -128,6 +128,9 @@ struct LayerEntryPoints {
   std::vector<uint64_t> offsets;            ///< Per node, into params.
   std::vector<double> defaultParams;        ///< The spec's constant values.
   std::vector<std::string> nodeKernel[3];   ///< Kernel symbol per node, per activation kind.
+  /// Per activation kind, per node: its case in a kernel of several
+  /// formulas (KernelRequest::units); empty: single-formula kernels.
+  std::vector<int64_t> nodeCase[3];
   std::vector<std::string> constantKernel;  ///< Per node, its ConstantGradient kernel (empty: none).
   /// Batch-major layers with a row plan (RowPlan.h): the entry points run
   /// the whole periods of these segments through row kernels, filling the
