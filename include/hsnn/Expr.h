@@ -100,7 +100,9 @@ using Expr = const Node *;
 /// The builders apply only folds that are exact under IEEE 754 for every
 /// input, including NaN, infinities and signed zeros: constant folding when
 /// the result is finite (arithmetic always; a function of numbers only when
-/// the result is an integer, so sqrt(2) and log(2) stay exact), x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, x + x ->
+/// the result is an integer, so sqrt(2) and log(2) stay exact; a quotient
+/// of integers that does not divide exactly stays a reduced rational, and
+/// arithmetic on rationals is exact: 1/3 - 1 is -2/3), x*1, x/1, x-0, x**1, -(-x), -1*x -> -x, x + x ->
 /// 2*x, x**2 -> x*x, and a canonical operand order for Max/Min (numbers
 /// first, then by structure).
 /// They never fold x*0 or x-x.
@@ -136,6 +138,9 @@ public:
 
 private:
   Expr intern(Node &&candidate);
+  /// num/den for integers below 2^53, reduced: a number when exact, else
+  /// the quotient node (1/3 stays exact until code generation).
+  Expr rational(double num, double den);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

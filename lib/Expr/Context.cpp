@@ -5,6 +5,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <optional>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -205,6 +206,59 @@ Expr ExprContext::boolean(bool value) {
   return intern(std::move(n));
 }
 
+namespace {
+
+// Exact rationals: an integer number, or an integer over an integer (what
+// the builder keeps of 1/3), both below 2^53 in magnitude.
+struct Rational {
+  __int128 num = 0, den = 1;
+};
+constexpr double kExactInt = 9007199254740992.0; // 2^53
+
+std::optional<Rational> rationalOf(Expr e) {
+  auto integer = [](Expr x) {
+    return x->isNumber() && std::fabs(x->number()) < kExactInt && x->number() == std::trunc(x->number());
+  };
+  if (integer(e))
+    return Rational{__int128(e->number()), 1};
+  if (e->op() == Op::Div && integer(e->arg(0)) && integer(e->arg(1)) && e->arg(1)->number() != 0) {
+    Rational r{__int128(e->arg(0)->number()), __int128(e->arg(1)->number())};
+    if (r.den < 0)
+      r.num = -r.num, r.den = -r.den;
+    return r;
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+// Reduced, denominator positive; false when it does not fit double's exact integers.
+static bool reduce(Rational &r) {
+  if (r.den < 0)
+    r.num = -r.num, r.den = -r.den;
+  __int128 a = r.num < 0 ? -r.num : r.num, b = r.den;
+  while (b != 0) {
+    __int128 t = a % b;
+    a = b, b = t;
+  }
+  if (a > 1)
+    r.num /= a, r.den /= a;
+  auto fits = [](__int128 v) { return v < __int128(kExactInt) && -v < __int128(kExactInt); };
+  return fits(r.num) && fits(r.den);
+}
+
+Expr ExprContext::rational(double num, double den) {
+  Rational r{__int128(num), __int128(den)};
+  reduce(r);
+  double n = double(r.num), d = double(r.den), q = n / d;
+  if (std::fma(q, d, -n) == 0)
+    return number(q);
+  Node node;
+  node.op_ = Op::Div;
+  node.args_ = {number(n), number(d)};
+  return intern(std::move(node));
+}
+
 Expr ExprContext::make(Op op, std::span<const Expr> args) {
   const OpInfo &info = opInfo(op);
   assert((info.arity < 0 ? args.size() % 2 == 1 : int(args.size()) == info.arity) && "wrong arity");
@@ -222,16 +276,42 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
     if (info.isBool)
       return boolean(r != 0);
     // Arithmetic folds; a function folds only to an integer (exp(0),
-    // sqrt(4)): sqrt(2), log(2) and exp(1) stay exact until code generation.
+    // sqrt(4)): sqrt(2), log(2) and exp(1) stay exact until code
+    // generation. So do quotients that do not divide exactly (1/3 stays a
+    // rational, 1/2 is 0.5) and powers with a fractional exponent that are
+    // not integers (2**(1/2) stays; 4**0.5 is 2).
     bool arithmetic = info.syntax == OpSyntax::Infix || info.syntax == OpSyntax::Prefix ||
                       op == Op::Max || op == Op::Min || op == Op::Abs || op == Op::Sign || op == Op::Heaviside ||
                       op == Op::Floor || op == Op::Ceiling;
+    if (op == Op::Div && std::isfinite(r) && vals[1] != 0 && std::fma(r, vals[1], -vals[0]) != 0) {
+      auto isInt = [](double v) { return std::fabs(v) < kExactInt && v == std::trunc(v); };
+      if (isInt(vals[0]) && isInt(vals[1]))
+        return rational(vals[0], vals[1]); // reduced: 2/6 is 1/3
+      arithmetic = false;
+    }
+    if (op == Op::Pow && vals[1] != std::trunc(vals[1]))
+      arithmetic = false;
     if (std::isfinite(r) && (arithmetic || r == std::trunc(r)))
       return number(r);
   }
 
   Expr a = args.empty() ? nullptr : args[0];
   Expr b = args.size() > 1 ? args[1] : nullptr;
+  // Rational arithmetic stays exact: 1/3 - 1 is -2/3, (1/3)*3 is 1.
+  if ((op == Op::Add || op == Op::Sub || op == Op::Mul || op == Op::Div) && !(a->isNumber() && b->isNumber())) {
+    auto x = rationalOf(a), y = rationalOf(b);
+    if (x && y && !(op == Op::Div && y->num == 0)) {
+      Rational r = op == Op::Add   ? Rational{x->num * y->den + y->num * x->den, x->den * y->den}
+                   : op == Op::Sub ? Rational{x->num * y->den - y->num * x->den, x->den * y->den}
+                   : op == Op::Mul ? Rational{x->num * y->num, x->den * y->den}
+                                   : Rational{x->num * y->den, x->den * y->num};
+      if (reduce(r))
+        return rational(double(r.num), double(r.den));
+    }
+  }
+  if (op == Op::Neg)
+    if (auto x = rationalOf(a); x && x->den != 1)
+      return rational(-double(x->num), double(x->den));
   switch (op) {
   case Op::Neg:
     if (a->op() == Op::Neg)

@@ -52,7 +52,7 @@ std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::
       return std::string("Rational takes two integers, e.g. Rational(1, 3)");
     if (v[1]->number() == 0)
       return std::string("Rational with a zero denominator");
-    return ctx.number(v[0]->number() / v[1]->number());
+    return ctx.div(v[0], v[1]); // exact: 1/2 folds to 0.5, 1/3 stays a quotient
   }
   case Rewrite::Mod:
     return ctx.sub(v[0], ctx.mul(v[1], ctx.call(Op::Floor, ctx.div(v[0], v[1]))));
@@ -60,7 +60,7 @@ std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::
   case Rewrite::Log10:
     return ctx.div(ctx.call(Op::Log, v[0]), ctx.call(Op::Log, ctx.number(r == Rewrite::Log2 ? 2 : 10)));
   case Rewrite::Cbrt:
-    return ctx.make(Op::Pow, {v[0], ctx.number(1.0 / 3.0)});
+    return ctx.make(Op::Pow, {v[0], ctx.div(ctx.number(1), ctx.number(3))});
   }
   return std::string("unknown rewrite");
 }

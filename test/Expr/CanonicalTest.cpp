@@ -88,6 +88,27 @@ TEST_CASE("pi, E and square roots stay exact and are rounded once in the kernel"
   CHECK(evalAt<double>(h.expr, 3.1416) == 0);
 }
 
+TEST_CASE("rationals stay exact: reduced, with exact arithmetic, rounded once in the kernel") {
+  ExprContext ctx;
+  CHECK(canonical("x**(1/3)") == "num**(1/3)");
+  CHECK(canonical("cbrt(x)") == "num**(1/3)");
+  CHECK(canonical("2/6 + x") == "1/3 + num");
+  CHECK(canonical("Rational(2, 6)*x") == "num/3");
+  CHECK(canonical("1/2*x") == "num/2"); // 0.5 is exact: a number, printed as a halving
+  CHECK(canonical("(1/3 - 1)*x") == "-2*num/3");
+  CHECK(canonical("(1/3)*3*x") == "num");
+  CHECK(canonical("2**(1/2)") == "2**0.5"); // not an integer: stays
+  CHECK(canonical("4**(1/2)") == "2");
+  CHECK(derivative("cbrt(x)") == "num**(-2/3)/3");
+  CHECK(derivative("x**(2/3)") == "2*num**(-1/3)/3");
+  // 1/3 as one rounding of the exact value, in each dtype.
+  Formula third = mustParse(ctx, "x*(1/3)");
+  CHECK(evalAt<double>(third.expr, 1) == 1.0 / 3.0);
+  CHECK(evalAt<float>(third.expr, 1) == 1.0f / 3.0f);
+  Formula cube = mustParse(ctx, "x**(1/3)");
+  CHECK(evalAt<double>(cube.expr, 8) == std::pow(8.0, 1.0 / 3.0));
+}
+
 TEST_CASE("derivative tapes are no longer than before collecting") {
   // Operation counts of the simplified derivatives (instructions of the
   // lowered tape, leaves included) before canonical forms (commit e7996ce):
