@@ -366,6 +366,8 @@ private:
     const std::vector<RowSegment> &plan = *rowPlan_;
     const auto &fns = rowKernel_[size_t(kind)];
     size_t nodes = m.numNodes(), segments = plan.size();
+    if (a.batch == 0)
+      return;
     size_t rows = std::clamp<size_t>(kRowTaskElements / nodes, 1, a.batch), blocks = (a.batch + rows - 1) / rows;
     const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
     T *out0 = static_cast<T *>(a.out0), *out1 = static_cast<T *>(a.out1);
