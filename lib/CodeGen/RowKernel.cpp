@@ -49,6 +49,15 @@ Value *permuteLanes(IRBuilder<> &b, ArrayRef<Value *> src, unsigned lanes,
   return v;
 }
 
+// i with its log2(P) low bits reversed (P a power of two).
+unsigned bitReversed(unsigned i, unsigned P) {
+  unsigned rev = 0;
+  for (unsigned bit = 1, out = P >> 1; bit < P; bit <<= 1, out >>= 1)
+    if (i & bit)
+      rev |= out;
+  return rev;
+}
+
 // Splits P vectors holding a sequence x (element e of vector e / lanes)
 // into P vectors, vector s holding x[s], x[s+P], x[s+2P], ... For P a power
 // of two up to `lanes`, log2(P) rounds of even/odd splits of vector pairs
@@ -74,15 +83,8 @@ std::vector<Value *> deinterleave(IRBuilder<> &b, std::vector<Value *> x, unsign
       x = std::move(y);
     }
     std::vector<Value *> out(P);
-    unsigned bits = 0;
-    while ((1u << bits) < P)
-      ++bits;
-    for (unsigned i = 0; i < P; ++i) { // position i holds residue bitreverse(i)
-      unsigned rev = 0;
-      for (unsigned k = 0; k < bits; ++k)
-        rev |= ((i >> k) & 1u) << (bits - 1 - k);
-      out[rev] = x[i];
-    }
+    for (unsigned i = 0; i < P; ++i) // position i holds residue bitreverse(i)
+      out[bitReversed(i, P)] = x[i];
     return out;
   }
   std::vector<Value *> out;
@@ -97,16 +99,9 @@ std::vector<Value *> deinterleave(IRBuilder<> &b, std::vector<Value *> x, unsign
 std::vector<Value *> interleave(IRBuilder<> &b, std::vector<Value *> slots, unsigned lanes) {
   const unsigned P = unsigned(slots.size());
   if (P > 1 && (P & (P - 1)) == 0 && P <= lanes) {
-    unsigned bits = 0;
-    while ((1u << bits) < P)
-      ++bits;
     std::vector<Value *> x(P);
-    for (unsigned i = 0; i < P; ++i) {
-      unsigned rev = 0;
-      for (unsigned k = 0; k < bits; ++k)
-        rev |= ((i >> k) & 1u) << (bits - 1 - k);
-      x[i] = slots[rev];
-    }
+    for (unsigned i = 0; i < P; ++i)
+      x[i] = slots[bitReversed(i, P)];
     SmallVector<int, 32> lo, hi; // zip of the low and of the high halves
     for (unsigned l = 0; l < lanes / 2; ++l)
       lo.append({int(l), int(lanes + l)}), hi.append({int(lanes / 2 + l), int(lanes + lanes / 2 + l)});
