@@ -371,7 +371,7 @@ private:
     size_t rows = std::clamp<size_t>(kRowTaskElements / nodes, 1, a.batch), blocks = (a.batch + rows - 1) / rows;
     const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
     T *out0 = static_cast<T *>(a.out0), *out1 = static_cast<T *>(a.out1);
-    // The constants as T in the kernels' layout (RowKernels.h): O(nodes) per call.
+    // The constants as T in the kernels' layout (KernelRequests.h): O(nodes) per call.
     const RowTable &layout = rowTable_[size_t(kind)];
     std::vector<T> table(layout.source.size() + kRowTablePadding);
     for (size_t i = 0; i < layout.source.size(); ++i)
