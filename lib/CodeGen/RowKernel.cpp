@@ -11,8 +11,9 @@
 #include "Lowering.h"
 
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
+
+#include <functional>
 
 namespace hsnn::detail {
 
