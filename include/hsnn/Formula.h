@@ -124,6 +124,10 @@ struct PrintOptions {
   /// How the activation variable is written: the formula's own spelling
   /// (Formula::variable: num, x or z) reads back as the user wrote it.
   std::string_view variable = "num";
+  /// Also the branches kernels take where a built-in's floating-point form
+  /// fails at its tails (gelu'(+inf) = 1, not inf*0): printed as Piecewise.
+  /// Off, the text is the function on the reals, as SymPy would write it.
+  bool guards = false;
 };
 std::string print(Expr e, const PrintOptions &options = {});
 

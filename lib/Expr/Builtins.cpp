@@ -25,7 +25,7 @@ Expr diff(ExprContext &c, A a) { return c.sub(a[0], a[1]); }
 // underflowed, and -inf*0 would be NaN), u above `hi` (where u*g'(u) would
 // be inf*0 in the derivative). NaN fails both tests and stays NaN.
 Expr gated(ExprContext &c, Expr u, Expr body, double lo, double hi) {
-  return c.make(Op::Piecewise, {n(c, -0.0), c.make(Op::Le, {u, n(c, lo)}), u, c.make(Op::Ge, {u, n(c, hi)}), body});
+  return c.make(Op::Guarded, {n(c, -0.0), c.make(Op::Le, {u, n(c, lo)}), u, c.make(Op::Ge, {u, n(c, hi)}), body});
 }
 
 // x*log(y) that is 0 where x is 0 and y is a number (log 0 included), as

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <unordered_map>
 #include <vector>
 
@@ -337,6 +338,76 @@ Expr distribute(ExprContext &ctx, const Product &p, bool fast) {
   return buildSum(ctx, scaledSum, fast);
 }
 
+// a*x**2*u + b*x**3*v as x**2*(a*u + b*x*v): the powers every term has,
+// each at its least exponent, multiply the sum once. Shorter, one product
+// fewer per term, unless a term is the factor itself (its 1 would be a new
+// number). It changes results by rounding; at an overflow it can replace
+// inf - inf by the product's limit, and where the sum is an exact 0 its
+// sign may flip (x*a + x*b is +0, x*(a + b) is -0 for x < 0). A sum with a
+// number term has no common factor and keeps its association.
+Expr factorCommon(ExprContext &ctx, const Sum &s, bool fast) {
+  if (!s.ok || s.numbers || s.terms.size() < 2)
+    return nullptr;
+  std::vector<Product> products(s.terms.size());
+  std::unordered_map<Expr, int> common;
+  bool allNegative = true;
+  for (size_t i = 0; i < s.terms.size(); ++i) {
+    auto &[t, c] = s.terms[i];
+    Product &p = products[i];
+    p.flatten(t, 1);
+    if (!p.ok || c == 0)
+      return nullptr;
+    allNegative &= c < 0;
+    if (i == 0) {
+      for (auto &[b, k] : p.powers)
+        if (k > 0)
+          common.emplace(b, k);
+      continue;
+    }
+    for (auto it = common.begin(); it != common.end();) {
+      auto at = p.index.find(it->first);
+      int k = at == p.index.end() ? 0 : p.powers[at->second].second;
+      if (k <= 0) {
+        it = common.erase(it);
+        continue;
+      }
+      it->second = std::min(it->second, k);
+      ++it;
+    }
+  }
+  if (common.empty())
+    return nullptr;
+  // Integer coefficients' common divisor joins the factor: 2*x + 4*x*y is
+  // 2*x*(1 + 2*y), and over 2 the 2s meet.
+  double g = 0;
+  for (auto &[t, c] : s.terms)
+    g = isInteger(c) && std::fabs(c) < 0x1p53 && (g >= 0) ? std::gcd(int64_t(g), int64_t(std::fabs(c))) : -1;
+  g = g > 1 ? g : 1;
+  Sum inner(ctx, fast);
+  for (size_t i = 0; i < s.terms.size(); ++i) {
+    Product &p = products[i];
+    for (auto &[b, k] : p.powers)
+      if (auto it = common.find(b); it != common.end())
+        k -= it->second;
+    std::erase_if(p.powers, [&](auto &bk) { return bk.second == 0 && common.count(bk.first); });
+    if (p.powers.empty() && p.divisors.empty())
+      return nullptr; // x + c*x**3 is shorter than x*(c*x**2 + 1), and no slower
+    Expr reduced = buildProduct(ctx, p, fast);
+    if (!reduced)
+      return nullptr;
+    inner.flatten(reduced, (allNegative ? -s.terms[i].second : s.terms[i].second) / g);
+  }
+  Expr sum = inner.ok ? buildSum(ctx, inner, fast) : nullptr;
+  if (!sum)
+    return nullptr;
+  Product factor;
+  factor.negative = allNegative;
+  factor.num = g;
+  for (auto &[b, k] : common)
+    factor.powers.push_back({b, k});
+  return collectProduct(ctx, ctx.mul(buildProduct(ctx, factor, fast), sum), fast);
+}
+
 } // namespace
 
 Expr collectProduct(ExprContext &ctx, Expr e, bool fast) {
@@ -362,6 +433,8 @@ Expr collectSum(ExprContext &ctx, Expr e, bool fast) {
   // could cancel digits the formula was written to keep (bce's
   // `1 - y_pred + eps` is not `eps - y_pred + 1` near y_pred = 1).
   bool combines = s.added > int(s.terms.size()) || s.numbers > 1 || e->op() == Op::Neg;
+  if (Expr r = factorCommon(ctx, s, fast))
+    return r;
   if (s.ok && combines)
     if (Expr r = buildSum(ctx, s, fast))
       return r;

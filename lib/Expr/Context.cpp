@@ -80,7 +80,7 @@ uint8_t flagsOf(const Node &n) {
     const Node *a = n.arg(i);
     constant &= a->isConstant();
     // Piecewise conditions only choose; Max/Min of bounded values is bounded.
-    bool isCondition = n.op() == Op::Piecewise && i % 2 == 1;
+    bool isCondition = (n.op() == Op::Piecewise || n.op() == Op::Guarded) && i % 2 == 1;
     bounded &= isCondition || a->isBounded();
   }
   switch (n.op()) {
@@ -104,6 +104,7 @@ uint8_t flagsOf(const Node &n) {
   case Op::Max:
   case Op::Min:
   case Op::Piecewise:
+  case Op::Guarded:
     break;
   default:
     bounded = false;
@@ -268,7 +269,7 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
   bool allConst = !args.empty();
   for (Expr a : args)
     allConst &= a->isNumber() || a->op() == Op::True || a->op() == Op::False;
-  if (allConst && op != Op::Piecewise) {
+  if (allConst && op != Op::Piecewise && op != Op::Guarded) {
     double vals[2];
     for (size_t i = 0; i < args.size(); ++i)
       vals[i] = args[i]->isNumber() ? args[i]->number() : args[i]->op() == Op::True;
@@ -380,7 +381,8 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
       return a;
     break;
   }
-  case Op::Piecewise: {
+  case Op::Piecewise:
+  case Op::Guarded: {
     // Drop branches whose condition is False; a True condition ends the list.
     std::vector<Expr> kept;
     for (size_t i = 0; i + 1 < args.size(); i += 2) {

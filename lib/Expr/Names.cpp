@@ -85,7 +85,7 @@ const std::vector<std::string> &knownNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (int i = 0; i < kNumOps; ++i)
-      if (opInfo(Op(i)).syntax == OpSyntax::Call)
+      if (opInfo(Op(i)).syntax == OpSyntax::Call && !opInfo(Op(i)).spelling.empty())
         v.emplace_back(opInfo(Op(i)).spelling);
     for (const char *s : {"max", "min", "abs", "ln", "ceil", "And", "Or", "Not", "Eq", "Ne", "Lt", "Le", "Gt", "Ge",
                           "Rational", "Mod", "log2", "log10", "cbrt"})

@@ -106,7 +106,7 @@ COND_RULE(Not, 1, truth<T>(a == T(0)))
 
 template <> struct Rule<Op::Piecewise> {
   static constexpr int kind = -1;
-  // Branch by branch under the same conditions.
+  // Branch by branch under the same conditions (a Guarded stays guarded).
   static Expr diff(ExprContext &c, Expr e, std::span<const Expr> ds) {
     bool any = false;
     std::vector<Expr> args(e->args().begin(), e->args().end());
@@ -114,9 +114,10 @@ template <> struct Rule<Op::Piecewise> {
       any |= ds[i] != nullptr;
       args[i] = orZero(c, ds[i]);
     }
-    return any ? c.make(Op::Piecewise, args) : nullptr;
+    return any ? c.make(e->op(), args) : nullptr;
   }
 };
+template <> struct Rule<Op::Guarded> : Rule<Op::Piecewise> {};
 
 // Max/Min propagate NaN (fmax would drop it). At a tie the first operand's
 // derivative is taken; the builder puts numbers first, so relu = Max(0, x)

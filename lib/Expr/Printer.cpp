@@ -61,6 +61,8 @@ public:
   void print(Expr e, int minPrec = 0) {
     if (out.size() > kMaxPrintedLength)
       throw TooLong{};
+    while (e->op() == Op::Guarded && !opt_.guards)
+      e = e->args().back();
     bool parens = precedence(e) < minPrec;
     if (parens)
       out += '(';
@@ -105,7 +107,8 @@ private:
       out += e->op() == Op::And ? " & " : " | ";
       printCondition(e->arg(1));
       return;
-    case Op::Piecewise: {
+    case Op::Piecewise:
+    case Op::Guarded: {
       out += "Piecewise(";
       auto args = e->args();
       for (size_t i = 0; i < args.size(); i += 2) {

@@ -29,6 +29,7 @@ unsigned nanReaching(Expr root) {
       m = 1u << unsigned(e->variable());
       break;
     case Op::Piecewise:
+    case Op::Guarded:
       m = ~0u;
       for (size_t i = 0; i < e->numArgs(); i += 2)
         m &= mask.at(e->arg(i));

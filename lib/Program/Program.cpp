@@ -20,7 +20,8 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
   auto folds = [](Expr e) { return e->isConstant() && !e->isBool() && !e->isNumber(); };
   auto emit = [&](Expr e) {
     Instr in;
-    in.op = e->op();
+    // Kernels run a Guarded as the Piecewise it is (Ops.def).
+    in.op = e->op() == Op::Guarded ? Op::Piecewise : e->op();
     in.isBool = e->isBool();
     if (folds(e)) {
       in.op = Op::Number;

@@ -504,21 +504,26 @@ PYBIND11_MODULE(_core, m) {
   auto mode = [](const std::string &s) {
     return choose<FormulaMode>("mode", s, {{"activation", FormulaMode::Activation}, {"loss", FormulaMode::Loss}});
   };
-  m.def("parse", [mode](const std::string &formula, const std::string &m) {
+  m.def("parse", [mode](const std::string &formula, const std::string &m, bool guards) {
         ExprContext ctx;
         Formula f = take(parseFormula(ctx, formula, {mode(m)}));
         py::dict d;
-        d["canonical"] = print(f.expr, {f.variable});
+        d["canonical"] = print(f.expr, {f.variable, guards});
         d["constants"] = f.constants;
         d["defaults"] = f.defaults;
         return d;
-      }, py::arg("formula"), py::arg("mode") = "activation", "the canonical form and the constants a formula needs");
-  m.def("diff", [mode](const std::string &formula, const std::string &m) {
+      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false,
+      "the canonical form and the constants a formula needs (guards: also the branches kernels take at a "
+      "built-in's tails)");
+  m.def("diff", [mode](const std::string &formula, const std::string &m, bool guards) {
         ExprContext ctx;
         FormulaMode fm = mode(m);
         Formula f = take(parseFormula(ctx, formula, {fm}));
-        return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num), {f.variable});
-      }, py::arg("formula"), py::arg("mode") = "activation", "the simplified derivative (d/dnum, or d/dy_pred)");
+        return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num),
+                     {f.variable, guards});
+      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false,
+      "the simplified derivative (d/dnum, or d/dy_pred); guards: also the branches kernels take at a built-in's "
+      "tails, where its floating-point form is inf*0");
 
   m.def("builtins", [] {
     py::list out;

@@ -15,7 +15,7 @@ sympy = pytest.importorskip("sympy", reason="SymPy (Debian's python3-sympy) is n
 FORMULAS = ["Piecewise((1, Eq(x, 0)), (x, True))", "Piecewise((x**2, Ne(x, 1) & (x > 0)), (x, True))",
             "Mod(x, 3)", "log2(x)", "log10(x)", "cbrt(x)", "Rational(1, 4)*x", "sin(x)*alpha", "x**3*sin(x)",
             "exp(-z**2/2)", "log(cosh(x))"]
-POINTS = [-7.5, -3.0, -1.5, -1.0, -0.3, 0.0, 0.2, 0.5, 1.0, 2.0, 3.5, 7.0, 30.0]
+POINTS = [-60.0, -7.5, -3.0, -1.5, -1.0, -0.3, 0.0, 0.2, 0.5, 1.0, 2.0, 3.5, 7.0, 30.0, 60.0]  # +-60: past the gelu guards
 Y_TRUE = [0.0, 0.3, 1.0]
 
 
@@ -69,3 +69,10 @@ def test_every_builtin_and_derivative_reads_back_in_sympy(builtin):
             for at in ([0.05, 0.3, 0.7, 0.95] if name == "bce" else POINTS):
                 want = hsnn.eval(name, at, y_true=yt, derivative=derivative)
                 _agree(complex(sympy.N(expr.subs({yp_: at, yt_: yt}), 30)), want, text, (at, yt))
+
+
+def test_guards_print_on_request():
+    # The default text is gelu' on the reals; the kernels' tails branches on request.
+    assert hsnn.diff("gelu") == "num*exp(-num**2/2)/sqrt(2*pi) + erfc(-num/sqrt(2))/2"
+    assert hsnn.diff("gelu", guards=True).startswith("Piecewise((0, num <= -40), (1, num >= 40), ")
+    assert hsnn.eval("gelu", math.inf, derivative=True) == 1.0

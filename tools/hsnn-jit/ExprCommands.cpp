@@ -18,16 +18,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss] [--json] [-v]
+constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss] [--guards] [--json] [-v]
 
 Prints the canonical (simplified) form of FORMULA and the constants it needs,
 with the defaults that built-ins supply. Without --mode, a formula that only
-makes sense as a loss (y_pred, y_true, mse, ...) is read as one.
+makes sense as a loss (y_pred, y_true, mse, ...) is read as one. --guards
+also prints the branches kernels take at a built-in's tails, where its
+floating-point form would give inf*0 (gelu, silu, mish).
 )";
-constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--mode activation|loss] [--json] [-v]
+constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--mode activation|loss] [--guards] [--json] [-v]
 
 Prints the simplified derivative on one line: d/dnum for activations,
-d/dy_pred for losses.
+d/dy_pred for losses. The text is the function on the reals, as SymPy
+reads it; --guards also prints the branches kernels take at a built-in's
+tails (gelu'(+inf) is 1 where the printed form is inf*0).
 )";
 constexpr const char *kEvalHelp =
     R"(usage: hsnn-jit eval FORMULA --at X [--y-true T] [--const NAME=VALUE ...]
@@ -67,6 +71,7 @@ struct Options {
   bool help = false;
   bool json = false;
   bool verbose = false; // -v: where the time went, on stderr
+  bool guards = false;  // PrintOptions::guards
 };
 
 // Returns an exit code on failure, nullopt to go on.
@@ -92,6 +97,8 @@ std::optional<int> parseOptions(std::string_view command, std::span<const std::s
       o.json = true;
     } else if (a == "-v" || a == "--verbose") {
       o.verbose = true;
+    } else if (!evalOptions && a == "--guards") {
+      o.guards = true;
     } else if (a == "--mode") {
       auto v = value();
       if (!v || (*v != "activation" && *v != "loss"))
@@ -200,11 +207,11 @@ int runParse(std::span<const std::string_view> args) {
       cs.push_back(it == f.defaults.end() ? fmt::format("{{\"name\": {}}}", jsonQuote(c))
                                           : fmt::format("{{\"name\": {}, \"default\": {}}}", jsonQuote(c), it->second));
     }
-    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr, {f.variable})),
+    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr, {f.variable, o.guards})),
                f.mode == FormulaMode::Loss ? "loss" : "activation", fmt::join(cs, ", "));
     return Ok;
   }
-  fmt::print("{}\n", print(f.expr, {f.variable}));
+  fmt::print("{}\n", print(f.expr, {f.variable, o.guards}));
   std::vector<std::string> names;
   for (const std::string &c : f.constants) {
     auto it = f.defaults.find(c);
@@ -227,7 +234,7 @@ int runDiff(std::span<const std::string_view> args) {
   const Formula &f = *parsed;
   Variable v = f.mode == FormulaMode::Loss ? Variable::YPred : Variable::Num;
   auto t1 = Clock::now();
-  std::string derivative = print(differentiate(ctx, f.expr, v), {f.variable});
+  std::string derivative = print(differentiate(ctx, f.expr, v), {f.variable, o.guards});
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate: {:.3f} ms\n", parseMs, msSince(t1));
   if (o.json)
