@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -175,7 +176,72 @@ Expr multiply(ExprContext &ctx, Expr number, const std::vector<Expr> &factors, b
   return r;
 }
 
+// The exponent's sign and whether it is an integer, for an exact rational
+// (a number, or the builder's integer over integer); nullopt otherwise.
+struct ExponentKind {
+  bool negative, integer;
+};
+std::optional<ExponentKind> exactExponent(Expr k) {
+  if (k->isNumber() && std::fabs(k->number()) < 0x1p32 && isInteger(k->number() * 0x1p20))
+    return ExponentKind{k->number() < 0, isInteger(k->number())};
+  if (k->op() == Op::Div && k->arg(0)->isNumber() && k->arg(1)->isNumber() && isInteger(k->arg(0)->number()) &&
+      isInteger(k->arg(1)->number()))
+    return ExponentKind{(k->arg(0)->number() < 0) != (k->arg(1)->number() < 0), false};
+  return std::nullopt;
+}
+
+// x**(1/3)*x**(1/3) is x**(2/3), x*x**0.5 is x**1.5: powers of one base
+// with fractional exponents add, when that keeps the function's domain and
+// its values at 0: every exponent of one sign (x**(1/2)*x**(-1/3) is 0*inf
+// = NaN at 0, x**(1/6) is 0) and the sum not an integer (x**0.5*x**1.5 is
+// NaN for x < 0, x**2 is not). Exponents add exactly or not at all.
+void combineFractionalPowers(ExprContext &ctx, Product &p) {
+  struct Group {
+    std::vector<size_t> entries;
+    Expr total = nullptr;
+    bool negative = false, mixed = false, fractional = false;
+  };
+  std::unordered_map<Expr, Group> groups;
+  std::vector<Expr> order;
+  auto add = [&](Expr base, size_t entry, Expr k) {
+    auto kind = exactExponent(k);
+    if (!kind)
+      return;
+    auto [it, fresh] = groups.try_emplace(base);
+    Group &g = it->second;
+    if (fresh)
+      order.push_back(base), g.negative = kind->negative;
+    g.mixed |= g.negative != kind->negative;
+    g.fractional |= !kind->integer;
+    g.entries.push_back(entry);
+    g.total = g.total ? ctx.add(g.total, k) : k;
+  };
+  for (size_t i = 0; i < p.powers.size(); ++i) {
+    auto [f, k] = p.powers[i];
+    if (k == 0)
+      continue;
+    if (f->op() == Op::Pow)
+      add(f->arg(0), i, ctx.mul(f->arg(1), ctx.number(k)));
+    else
+      add(f, i, ctx.number(k));
+  }
+  std::vector<bool> drop(p.powers.size());
+  for (Expr base : order) {
+    Group &g = groups.at(base);
+    auto total = g.entries.size() > 1 || p.powers[g.entries[0]].second != 1 ? exactExponent(g.total) : std::nullopt;
+    if (!g.fractional || g.mixed || !total || total->integer)
+      continue;
+    for (size_t e : g.entries)
+      drop[e] = true;
+    p.powers.push_back({ctx.pow(base, g.total), 1});
+  }
+  for (size_t i = drop.size(); i-- > 0;)
+    if (drop[i])
+      p.powers.erase(p.powers.begin() + ptrdiff_t(i));
+}
+
 Expr buildProduct(ExprContext &ctx, Product &p, bool fast) {
+  combineFractionalPowers(ctx, p);
   std::sort(p.powers.begin(), p.powers.end(), [](auto &a, auto &b) { return before(a.first, b.first); });
   std::vector<Expr> up, down;
   for (auto &[b, k] : p.powers) {

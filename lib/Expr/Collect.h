@@ -4,7 +4,8 @@
 // atoms are one node and their terms can meet: a sum is its terms (each a
 // numeric coefficient times a product) in a fixed order with like terms
 // combined and its number last; a product is its coefficient, then its factors
-// in a fixed order with like bases combined into integer powers, then one
+// in a fixed order with like bases combined into integer powers (fractional
+// ones where the domain stays: combineFractionalPowers), then one
 // division by the factors with negative powers. `(-(2*x))/2 * exp(-(x*x)/2)`
 // becomes `-x*exp(-x**2/2)`, `cos(x)*sin(x) - sin(x)*cos(x)` becomes 0.
 //

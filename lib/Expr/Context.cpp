@@ -209,8 +209,9 @@ Expr ExprContext::boolean(bool value) {
 
 namespace {
 
-// Exact rationals: an integer number, or an integer over an integer (what
-// the builder keeps of 1/3), both below 2^53 in magnitude.
+// Exact rationals: an integer number, a number with a small power-of-two
+// denominator (0.5, 0.75), or an integer over an integer (what the builder
+// keeps of 1/3), all below 2^53 in magnitude.
 struct Rational {
   __int128 num = 0, den = 1;
 };
@@ -222,6 +223,11 @@ std::optional<Rational> rationalOf(Expr e) {
   };
   if (integer(e))
     return Rational{__int128(e->number()), 1};
+  if (e->isNumber() && std::fabs(e->number()) < 0x1p32) {
+    double scaled = e->number() * 0x1p20; // exact: a power of two
+    if (scaled == std::trunc(scaled))
+      return Rational{__int128(scaled), __int128(1) << 20};
+  }
   if (e->op() == Op::Div && integer(e->arg(0)) && integer(e->arg(1)) && e->arg(1)->number() != 0) {
     Rational r{__int128(e->arg(0)->number()), __int128(e->arg(1)->number())};
     if (r.den < 0)

@@ -142,6 +142,25 @@ TEST_CASE("pi, E and square roots stay exact and are rounded once in the kernel"
   CHECK(evalAt<double>(h.expr, 3.1416) == 0);
 }
 
+TEST_CASE("fractional powers of one base add where the domain and the values at 0 stay") {
+  CHECK(canonical("x**(1/3)*x**(1/3)") == "num**(2/3)");
+  CHECK(canonical("x*x**(1/2)") == "num**1.5");
+  CHECK(canonical("x**0.5*x**0.25") == "num**0.75");
+  CHECK(canonical("x**(-1/3)/x") == "num**(-4/3)");
+  CHECK(derivative("x**(1/3)*x**(1/3)") == "2*num**(-1/3)/3");
+  // An integer sum would drop the NaN for num < 0; mixed signs give 0*inf at 0.
+  CHECK(canonical("x**(1/2)*x**(3/2)") == "num**1.5*num**0.5");
+  CHECK(canonical("x**(1/2)*x**(-1/3)") == "num**(-1/3)*num**0.5");
+  CHECK(canonical("x**(3/2)/x") == "num**1.5/num");
+  ExprContext ctx;
+  Expr kept = mustParse(ctx, "x**(1/2)*x**(3/2)").expr, mixed = mustParse(ctx, "x**(1/2)*x**(-1/3)").expr;
+  CHECK(std::isnan(evalAt<double>(kept, -4)));
+  CHECK(std::isnan(evalAt<double>(mixed, 0)));
+  Expr joined = mustParse(ctx, "x**(1/3)*x**(1/3)").expr;
+  CHECK(std::isnan(evalAt<double>(joined, -8)));
+  CHECK(evalAt<double>(joined, 8) == doctest::Approx(4));
+}
+
 TEST_CASE("rationals stay exact: reduced, with exact arithmetic, rounded once in the kernel") {
   ExprContext ctx;
   CHECK(canonical("x**(1/3)") == "num**(1/3)");
@@ -151,6 +170,8 @@ TEST_CASE("rationals stay exact: reduced, with exact arithmetic, rounded once in
   CHECK(canonical("1/2*x") == "num/2"); // 0.5 is exact: a number, printed as a halving
   CHECK(canonical("(1/3 - 1)*x") == "-2*num/3");
   CHECK(canonical("(1/3)*3*x") == "num");
+  CHECK(canonical("x*(1/3 + 0.5)") == "5*num/6"); // 0.5 is 1/2 exactly
+  CHECK(canonical("x*(0.1 + 1/3)") == "(0.1 + 1/3)*num"); // 0.1 is not a small rational: left as written
   CHECK(canonical("2**(1/2)") == "2**0.5"); // not an integer: stays
   CHECK(canonical("4**(1/2)") == "2");
   CHECK(derivative("cbrt(x)") == "num**(-2/3)/3");
