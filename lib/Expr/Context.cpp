@@ -342,6 +342,10 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
     // (the printer writes it u**2 again).
     if (op == Op::Pow && b->isNumber(2))
       return make(Op::Mul, {a, a});
+    // c**(1/2) of a positive number is sqrt(c), the same correctly rounded
+    // value, and stays exact as SymPy writes it (2**(1/2) is sqrt(2)).
+    if (b->isNumber(0.5) && a->isNumber() && a->number() > 0 && std::isfinite(a->number()))
+      return make(Op::Sqrt, {a});
     break;
   case Op::Add:
     // a + a is 2*a exactly, for every a (inf, NaN and -0 included).

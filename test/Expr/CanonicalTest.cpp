@@ -172,7 +172,8 @@ TEST_CASE("rationals stay exact: reduced, with exact arithmetic, rounded once in
   CHECK(canonical("(1/3)*3*x") == "num");
   CHECK(canonical("x*(1/3 + 0.5)") == "5*num/6"); // 0.5 is 1/2 exactly
   CHECK(canonical("x*(0.1 + 1/3)") == "(0.1 + 1/3)*num"); // 0.1 is not a small rational: left as written
-  CHECK(canonical("2**(1/2)") == "2**0.5"); // not an integer: stays
+  CHECK(canonical("2**(1/2)") == "sqrt(2)"); // not an integer: stays exact
+  CHECK(canonical("2**(1/3)") == "2**(1/3)");
   CHECK(canonical("4**(1/2)") == "2");
   CHECK(derivative("cbrt(x)") == "num**(-2/3)/3");
   CHECK(derivative("x**(2/3)") == "2*num**(-1/3)/3");
