@@ -7,7 +7,9 @@
 // if another user owns it or group/others may write it. Entries are keyed
 // by a BLAKE3 hash of everything that affects the code, written atomically,
 // and verified on every load; anything that fails verification is
-// recompiled, never trusted.
+// recompiled, never trusted. A cpu_jit layer's objects are also kept
+// linked into one shared object (when hsnn was built with lld), loaded from
+// memory with dlopen after verification: a cache hit then needs no LLVM.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -38,5 +40,10 @@ Expected<std::vector<CacheEntryInfo>> listKernelCache();
 Error clearKernelCache(CacheCategory category = CacheCategory::All);
 /// Size cap in bytes; least recently used entries go first. Default 256 MiB.
 void setKernelCacheLimit(uint64_t bytes);
+/// Waits for the cache writes compile() left running: a cpu_jit layer's
+/// kernels are also linked into one shared object on a background thread,
+/// which later processes load without starting LLVM. Exit waits for them
+/// too; call this to have them before starting another process.
+void flushKernelCache();
 
 } // namespace hsnn

@@ -113,6 +113,9 @@ struct CompileInfo {
   double codegenMs = 0;  ///< Machine code generation.
   double loadMs = 0;     ///< Link the object into the process.
   bool cacheHit = false; ///< The object came from the disk cache.
+  /// The kernels came from the cache linked into one shared object (by an
+  /// earlier compile, in the background) and were loaded without LLVM.
+  bool linkedFromCache = false;
   size_t objectBytes = 0;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat
   /// a pattern and run in place by row kernels; 0 when tiles are

@@ -57,12 +57,13 @@ private:
 
 class HostJITImpl final : public HostJIT {
 public:
+  // Only what cache keys need: the target and libmvec. The JIT itself
+  // starts on the first compile or object load (ensureJIT), so a layer
+  // that loads linked kernels from the cache never starts it.
   static Expected<std::unique_ptr<HostJITImpl>> create() {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!jtmb)
-      return fromLLVM(jtmb.takeError(), "LLVM cannot target this CPU");
+    // What JITTargetMachineBuilder::detectHost() finds, asked once each
+    // (it would ask for the features again: 0.5 ms of a cache hit).
+    auto jtmb = std::make_unique<llvm::orc::JITTargetMachineBuilder>(llvm::Triple(llvm::sys::getProcessTriple()));
     auto self = std::unique_ptr<HostJITImpl>(new HostJITImpl());
     HostTarget &t = self->target_;
     t.triple = jtmb->getTargetTriple().str();
@@ -82,17 +83,10 @@ public:
     jtmb->setCPU(t.cpu);
     jtmb->addFeatures(feats);
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    self->jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(*jtmb);
-
-    // No platform: kernels have no static initializers to run, and setting
-    // one up measured 0.5-0.8 ms of a 6 ms cache hit in a fresh process.
-    auto jit = llvm::orc::LLJITBuilder()
-                   .setJITTargetMachineBuilder(*jtmb)
-                   .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
-                   .create();
-    if (!jit)
-      return fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
-    self->jit_ = std::move(*jit);
+    // Position-independent: the cache also keeps a layer's objects linked
+    // into one shared object (SharedObject.h), which needs PIC.
+    jtmb->setRelocationModel(llvm::Reloc::PIC_);
+    self->jtmb_ = std::move(jtmb);
 
     self->emit_.vectorBits = t.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
     // libmvec supplies the vector math; without it math runs lane by lane.
@@ -113,6 +107,8 @@ public:
 
   Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
                                             CompileStats *stats) override {
+    if (Error e = ensureJIT())
+      return e;
     auto tm = jtmb_->createTargetMachine();
     if (!tm)
       return fromLLVM(tm.takeError(), "cannot create a target machine");
@@ -126,6 +122,8 @@ public:
   Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,
                                                 std::span<const std::string> symbols, CompileStats *stats) override {
     auto t0 = Clock::now();
+    if (Error e = ensureJIT())
+      return e;
     std::string name = fmt::format("hsnn.{}", counter_.fetch_add(1));
     auto jd = jit_->createJITDylib(name);
     if (!jd)
@@ -169,6 +167,27 @@ public:
 
 private:
   HostJITImpl() = default;
+
+  Error ensureJIT() {
+    std::call_once(jitOnce_, [this] {
+      llvm::InitializeNativeTarget();
+      llvm::InitializeNativeTargetAsmPrinter();
+      // No platform: kernels have no static initializers to run, and setting
+      // one up measured 0.5-0.8 ms of a 6 ms cache hit in a fresh process.
+      auto jit = llvm::orc::LLJITBuilder()
+                     .setJITTargetMachineBuilder(*jtmb_)
+                     .setPlatformSetUp(llvm::orc::setUpInactivePlatform)
+                     .create();
+      if (jit)
+        jit_ = std::move(*jit);
+      else
+        jitFailure_ = fromLLVM(jit.takeError(), "cannot start the LLVM JIT");
+    });
+    return jit_ ? Error::success() : Error(jitFailure_);
+  }
+
+  std::once_flag jitOnce_;
+  Error jitFailure_;
   HostTarget target_;
   std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;

@@ -2,6 +2,8 @@
 #include "HostJitEngine.h"
 
 #include "Program/Launch.h"
+#include "Program/Stopwatch.h"
+#include "SharedObject.h"
 #include "Model/KernelRequests.h"
 #include "hsnn/Version.h"
 
@@ -28,7 +30,7 @@ constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kerne
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-7")
+  k.add("format", "hsnn-host-object-8")
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -49,6 +51,18 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
     for (const Program *unit : r.units)
       k.add("unit", unit->fingerprint());
   }
+  return k.finish();
+}
+
+// A layer's objects linked into one shared object: named by the objects
+// and the symbols it must export.
+CacheKey linkedObjectKey(std::span<const CacheKey> objects, std::span<const std::string> symbols) {
+  CacheKeyBuilder k;
+  k.add("format", "hsnn-linked-2"); // lld is LLVM's version, in the object keys
+  for (const CacheKey &o : objects)
+    k.add("object", toHex(o));
+  for (const std::string &s : symbols)
+    k.add("symbol", s);
   return k.finish();
 }
 
@@ -78,6 +92,31 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   std::vector<CacheKey> keys;
   for (size_t c = 0; c < chunks; ++c)
     keys.push_back(objectKey(part(c), options, (*jit)->target()));
+  // Progress in kernels (a formula's tape for one kind, however many share
+  // a function), reported one call at a time and only forward.
+  auto tapes = [](std::span<const KernelRequest> rs) {
+    size_t n = 0;
+    for (const KernelRequest &r : rs)
+      n += std::max<size_t>(1, r.units.size());
+    return n;
+  };
+  const size_t totalTapes = tapes(requests);
+
+  // The objects linked into one shared object by an earlier process load
+  // without starting LLVM; a stale or foreign one is relinked below.
+  CacheKey linkedKey = linkedObjectKey(keys, symbols);
+  if (auto image = cache ? cache->load(CacheCategory::Cpu, linkedKey) : std::nullopt) {
+    auto t0 = Clock::now();
+    if (auto lib = loadSharedObject(*image, symbols)) {
+      info.emitMs = info.optimizeMs = info.codegenMs = 0;
+      info.objectBytes = image->size();
+      info.loadMs = msSince(t0);
+      info.cacheHit = info.linkedFromCache = true;
+      if (progress)
+        progress(totalTapes, totalTapes);
+      return lib;
+    }
+  }
   auto compile = [&](size_t c) {
     auto object = (*jit)->compileObject(part(c), options, &stats[c]);
     if (!object) {
@@ -88,15 +127,6 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
       cache->store(CacheCategory::Cpu, keys[c], *object, description);
     objects[c] = std::move(*object);
   };
-  // Progress in kernels (a formula's tape for one kind, however many share
-  // a function), reported one call at a time and only forward.
-  auto tapes = [](std::span<const KernelRequest> rs) {
-    size_t n = 0;
-    for (const KernelRequest &r : rs)
-      n += std::max<size_t>(1, r.units.size());
-    return n;
-  };
-  const size_t totalTapes = tapes(requests);
   std::mutex progressMutex;
   size_t kernelsDone = 0;
   auto report = [&](size_t c) {
@@ -149,6 +179,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   }
   info.loadMs = loadStats.loadMs;
   info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
+  if (cache)
+    storeLinkedLater(cacheConfig, linkedKey, std::move(objects), description + "; linked into one shared object");
   return lib;
 }
 

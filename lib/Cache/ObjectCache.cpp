@@ -235,9 +235,9 @@ std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const
 }
 
 void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
-                        std::string_view description) const {
+                        std::string_view description, bool fullScan) const {
   try {
-    storeUnchecked(category, key, payload, description.substr(0, kMaxDescription));
+    storeUnchecked(category, key, payload, description.substr(0, kMaxDescription), fullScan);
   } catch (const std::exception &e) {
     warn(fmt::format("cache write failed: {}", e.what()));
   }
@@ -295,7 +295,7 @@ std::optional<CacheEntry> ObjectCache::loadUnchecked(CacheCategory category, con
 }
 
 void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
-                                 std::string_view description) const {
+                                 std::string_view description, bool fullScan) const {
   std::vector<char> body(description.begin(), description.end());
   body.insert(body.end(), payload.begin(), payload.end());
   std::vector<char> file;
@@ -331,7 +331,10 @@ void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, co
     ::unlink(tmp.c_str());
     return;
   }
-  evictAfterStore(dir_, file.size());
+  if (fullScan)
+    evict(dir_);
+  else
+    evictAfterStore(dir_, file.size());
 }
 
 // The description an entry's header names, or "" when it cannot be read.

@@ -62,8 +62,10 @@ public:
   /// Writes an entry atomically (temporary file + rename) and evicts least
   /// recently used entries beyond the size cap. `description` says what it
   /// holds (formulas, dtype, kinds) for `hsnn-jit cache list`.
+  /// `fullScan` evicts by scanning the directory instead of from this
+  /// process's running estimate, whose lock a forked child must not take.
   void store(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
-             std::string_view description = {}) const;
+             std::string_view description = {}, bool fullScan = false) const;
 
   const std::string &dir() const { return dir_; }
 
@@ -75,7 +77,7 @@ private:
   }
   std::optional<CacheEntry> loadUnchecked(CacheCategory category, const CacheKey &key) const;
   void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
-                      std::string_view description) const;
+                      std::string_view description, bool fullScan) const;
   std::string dir_;
   CacheWarningSink warn_;
 };

@@ -127,13 +127,22 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
   auto t0 = Clock::now();
   std::vector<Diagnostic> diags, unused;
   std::unordered_map<Expr, uint32_t> groupOf;
+  // Layers repeat a few formulas over many nodes: each text is parsed once
+  // (a text that fails is parsed again per node, for the node's message).
+  std::unordered_map<std::string_view, Formula> parsedText;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    auto parsed = parseFormulaDetailed(*m->ctx, nodes[i].formula, {FormulaMode::Activation, int(i)});
-    if (auto *d = std::get_if<Diagnostic>(&parsed)) {
-      diags.push_back(std::move(*d));
-      continue;
+    Formula f;
+    if (auto it = parsedText.find(nodes[i].formula); it != parsedText.end()) {
+      f = it->second;
+    } else {
+      auto parsed = parseFormulaDetailed(*m->ctx, nodes[i].formula, {FormulaMode::Activation, int(i)});
+      if (auto *d = std::get_if<Diagnostic>(&parsed)) {
+        diags.push_back(std::move(*d));
+        continue;
+      }
+      f = std::get<Formula>(std::move(parsed));
+      parsedText.emplace(nodes[i].formula, f);
     }
-    Formula &f = std::get<Formula>(parsed);
     auto bound = bindConstants(f, nodes[i].constants, int(i), options.strict ? nullptr : &unused);
     if (auto *d = std::get_if<Diagnostic>(&bound)) {
       diags.push_back(std::move(*d));

@@ -61,16 +61,20 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
 }
 
 std::string Program::fingerprint() const {
+  // Hashed, never read: the op's name, then its fields as raw bytes (the
+  // formatted text this was cost 0.5 ms of a 3.5 ms cache hit).
   std::string tape;
+  auto raw = [&](const auto &v) { tape.append(reinterpret_cast<const char *>(&v), sizeof v); };
   for (const Instr &in : code) {
-    tape += fmt::format("{}:{}:{}:{}:{:x}(", opInfo(in.op).name, int(in.isBool), int(in.var), in.param,
-                        std::bit_cast<uint64_t>(in.number));
+    tape += opInfo(in.op).name;
+    raw(uint8_t(in.isBool)), raw(uint8_t(in.var)), raw(in.param), raw(std::bit_cast<uint64_t>(in.number));
+    raw(uint32_t(operands(in).size()));
     for (uint32_t a : operands(in))
-      tape += fmt::format("{},", a);
-    tape += ");";
+      raw(a);
   }
+  tape += "outputs";
   for (uint32_t o : outputs)
-    tape += fmt::format("out{};", o);
+    raw(o);
   return tape;
 }
 

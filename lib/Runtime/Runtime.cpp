@@ -2,6 +2,7 @@
 #include "hsnn/Runtime.h"
 
 #include "CPU/HostJIT.h"
+#include "CPU/SharedObject.h"
 #include "CUDA/Driver.h"
 #include "Cache/ObjectCache.h"
 #include "RunGuard.h"
@@ -256,6 +257,7 @@ std::string kernelCacheDir() {
 }
 Expected<std::vector<CacheEntryInfo>> listKernelCache() { return detail::listCacheEntries(kernelCacheDir()); }
 Error clearKernelCache(CacheCategory category) { return detail::clearCacheEntries(kernelCacheDir(), category); }
+void flushKernelCache() { detail::waitForLinkedStores(); }
 void setKernelCacheLimit(uint64_t bytes) { detail::setCacheLimit(bytes); }
 
 Expected<Method> parseMethod(std::string_view name) {

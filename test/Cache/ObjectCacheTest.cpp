@@ -1,4 +1,5 @@
 //===- test/Cache/ObjectCacheTest.cpp - The on-disk kernel cache ----------===//
+#include "CPU/SharedObject.h"
 #include "Cache/ObjectCache.h"
 
 #include "hsnn/Cache.h"
@@ -36,6 +37,7 @@ struct TempCache {
     previous = setWarningHandler([this](std::string_view m) { warnings.emplace_back(m); });
   }
   ~TempCache() {
+    flushKernelCache(); // no background link writing into the directory being removed
     setWarningHandler(previous);
     std::error_code ec;
     fs::remove_all(fs::path(dir).parent_path(), ec);
@@ -122,28 +124,30 @@ TEST_CASE("corrupt, truncated and foreign entries are recompiled, never loaded")
   auto good = build();
   REQUIRE(good);
   std::vector<float> want = run(*good);
-  fs::path entry = cache.files().at(0); // damage one of the layer's objects
-  auto original = fs::file_size(entry);
+  flushKernelCache(); // the layer's objects and their linked shared object
 
+  // Every entry of the layer damaged alike (one intact one would serve).
   auto damage = [&](auto fn) {
-    std::vector<char> bytes(original);
-    {
-      std::ifstream in(entry, std::ios::binary);
-      in.read(bytes.data(), std::streamsize(bytes.size()));
+    for (const fs::path &entry : cache.files()) {
+      std::vector<char> bytes(fs::file_size(entry));
+      {
+        std::ifstream in(entry, std::ios::binary);
+        in.read(bytes.data(), std::streamsize(bytes.size()));
+      }
+      fn(bytes);
+      std::ofstream out(entry, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), std::streamsize(bytes.size()));
     }
-    fn(bytes);
-    std::ofstream out(entry, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), std::streamsize(bytes.size()));
   };
-  // Rewrites the good entry after each damage so the next case starts clean.
+  // Rewrites the good entries after each damage so the next case starts clean.
   auto expectMissThenHeal = [&](const char *what) {
     CAPTURE(what);
     auto layer = build();
     REQUIRE(layer);
     CHECK_FALSE(layer->compileInfo().cacheHit);
     CHECK(run(*layer) == want);
+    flushKernelCache();
     CHECK(build()->compileInfo().cacheHit);
-    original = fs::file_size(entry);
   };
 
   damage([](std::vector<char> &b) { b[b.size() / 2] ^= 0x10; }); // a flipped bit in the payload
@@ -244,22 +248,26 @@ TEST_CASE("clearing by category, listing, and the size cap") {
     return;
   TempCache cache;
   REQUIRE(build());
+  flushKernelCache();
   size_t one = listKernelCache()->size();
   REQUIRE(build({{"relu", {}}}));
+  flushKernelCache();
   auto list = listKernelCache();
   REQUIRE(list);
   // A one-formula layer: its forward and backward kernels compile in
-  // parallel, an object each.
-  CHECK(list->size() == one + 2);
+  // parallel, an object each, and the two linked into one shared object.
+  size_t added = detail::canLinkSharedObjects() ? 3 : 2;
+  CHECK(list->size() == one + added);
   CHECK(list->at(0).category == "cpu");
   CHECK(list->at(0).bytes > 0);
   REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Gpu)));
-  CHECK(listKernelCache()->size() == one + 2);
+  CHECK(listKernelCache()->size() == one + added);
   REQUIRE_FALSE(static_cast<bool>(clearKernelCache(CacheCategory::Cpu)));
   CHECK(listKernelCache()->empty());
 
   setKernelCacheLimit(1); // every store evicts down to the cap
   REQUIRE(build());
+  flushKernelCache();
   CHECK(listKernelCache()->empty());
   setKernelCacheLimit(256ull << 20);
 }
@@ -323,4 +331,66 @@ TEST_CASE("entries say what they hold; a refused directory is reported once") {
     REQUIRE(build({{"tanh", {}}}));
   CHECK(c.warnings.size() == 1);
   ::chmod(c.dir.c_str(), 0700);
+}
+
+TEST_CASE("a layer's kernels come back linked into one shared object, loaded without LLVM, with the same bits") {
+  if (!jitAvailable())
+    return;
+  if (!detail::canLinkSharedObjects()) {
+    MESSAGE("skipped: this build has no lld to link shared objects");
+    return;
+  }
+  TempCache cache;
+  auto first = build();
+  REQUIRE(first);
+  CHECK_FALSE(first->compileInfo().linkedFromCache);
+  flushKernelCache();
+  auto linkedEntry = [&]() -> fs::path {
+    auto list = listKernelCache();
+    REQUIRE(list);
+    for (const CacheEntryInfo &e : *list)
+      if (e.description.ends_with("; linked into one shared object"))
+        return e.path;
+    return {};
+  };
+  fs::path linked = linkedEntry();
+  REQUIRE_FALSE(linked.empty());
+
+  auto second = build();
+  REQUIRE(second);
+  CHECK(second->compileInfo().cacheHit);
+  CHECK(second->compileInfo().linkedFromCache);
+  CHECK(run(*first) == run(*second));
+  // Two layers loaded from shared objects at once stay apart.
+  auto other = build({{"tanh", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"relu", {}}});
+  flushKernelCache();
+  auto otherAgain = build({{"tanh", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"relu", {}}});
+  REQUIRE(otherAgain);
+  CHECK(otherAgain->compileInfo().linkedFromCache);
+  CHECK(run(*otherAgain) == run(*other));
+  CHECK(run(*build()) == run(*first));
+
+  // A damaged shared object is refused by the verification; the objects
+  // serve, and the shared object is linked again.
+  {
+    std::fstream f(linked, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(std::streamoff(fs::file_size(linked) / 2));
+    f.put('\x7f');
+  }
+  auto third = build();
+  REQUIRE(third);
+  CHECK(third->compileInfo().cacheHit);
+  CHECK_FALSE(third->compileInfo().linkedFromCache);
+  CHECK(run(*third) == run(*first));
+  flushKernelCache();
+  CHECK(build()->compileInfo().linkedFromCache);
+  CHECK(cache.warnings.empty());
+}
+
+TEST_CASE("an image that is not a loadable shared object is an error, not a crash") {
+  std::vector<std::string> symbols = {"hsnn_layer_u0_forward"};
+  std::vector<char> junk(4096, 'x');
+  auto lib = detail::loadSharedObject(junk, symbols);
+  REQUIRE_FALSE(lib);
+  CHECK(lib.error().message().starts_with("cannot load the cached shared object: "));
 }
