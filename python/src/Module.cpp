@@ -155,6 +155,7 @@ py::dict compileInfoDict(const CompileInfo &i) {
   d["codegen_ms"] = i.codegenMs;
   d["load_ms"] = i.loadMs;
   d["cache_hit"] = i.cacheHit;
+  d["linked_from_cache"] = i.linkedFromCache;
   d["object_bytes"] = i.objectBytes;
   d["row_segments"] = i.rowSegments;
   return d;
@@ -572,6 +573,10 @@ PYBIND11_MODULE(_core, m) {
             "category", which, {{"all", CacheCategory::All}, {"cpu", CacheCategory::Cpu}, {"gpu", CacheCategory::Gpu}});
         check(clearKernelCache(c));
       }, py::arg("category") = "all", "removes the kernel cache's entries of a category");
+  m.def("flush_kernel_cache", [] {
+        py::gil_scoped_release unlocked;
+        flushKernelCache();
+      }, "waits for the cache writes compile() left running (shared objects linked in the background)");
   m.def("kernel_cache_dir", &kernelCacheDir);
   m.def("set_warning_handler", [](py::object handler) {
     if (handler.is_none()) {
