@@ -130,16 +130,15 @@ private:
   }
 
   // The files a child links through: removed when it ends, by the alarm
-  // too (set before the alarm can fire; only read in the handler).
-  static std::vector<std::string> &childFiles() {
-    static std::vector<std::string> files;
-    return files;
-  }
+  // too (only read in the handler). A plain pointer: a static with a
+  // destructor would register it with the C library's atexit lock.
+  static inline std::vector<std::string> *childFiles = nullptr;
   [[noreturn]] static void leaveChild(int) {
-    for (size_t i = 1; i < childFiles().size(); ++i)
-      ::unlink(childFiles()[i].c_str());
-    if (!childFiles().empty())
-      ::rmdir(childFiles()[0].c_str());
+    if (childFiles) {
+      for (size_t i = 1; i < childFiles->size(); ++i)
+        ::unlink((*childFiles)[i].c_str());
+      ::rmdir((*childFiles)[0].c_str());
+    }
     ::_exit(0);
   }
 
@@ -164,6 +163,8 @@ private:
       // parent's files (a harness waits for its pipes to close), and an
       // alarm ends a child that would wait on a lock another thread held
       // at the fork.
+      ::signal(SIGALRM, leaveChild);
+      ::alarm(30);
       if (int null = ::open("/dev/null", O_RDWR); null >= 0)
         ::dup2(null, 0), ::dup2(null, 1), ::dup2(null, 2);
       ::close_range(3, ~0u, 0);
@@ -171,12 +172,10 @@ private:
       std::string dir = fmt::format("{}/hsnn-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
       if (!::mkdtemp(dir.data()))
         ::_exit(0);
-      std::vector<std::string> &files = childFiles();
-      files.push_back(dir);
+      auto *files = new std::vector<std::string>{dir};
       for (size_t i = 0; i <= job.objects.size(); ++i)
-        files.push_back(linkWorkFile(dir, i));
-      ::signal(SIGALRM, leaveChild);
-      ::alarm(30);
+        files->push_back(linkWorkFile(dir, i));
+      childFiles = files;
       CacheConfig quiet{job.config.enabled, job.config.dir, nullptr};
       if (std::optional<ObjectCache> cache = ObjectCache::open(quiet))
         if (auto image = linkSharedObject(job.objects, dir))
