@@ -63,10 +63,9 @@ public:
   static Expected<std::unique_ptr<HostJITImpl>> create() {
     // What JITTargetMachineBuilder::detectHost() finds, asked once each
     // (it would ask for the features again: 0.5 ms of a cache hit).
-    auto jtmb = std::make_unique<llvm::orc::JITTargetMachineBuilder>(llvm::Triple(llvm::sys::getProcessTriple()));
     auto self = std::unique_ptr<HostJITImpl>(new HostJITImpl());
     HostTarget &t = self->target_;
-    t.triple = jtmb->getTargetTriple().str();
+    t.triple = llvm::sys::getProcessTriple();
     t.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> feats;
     for (auto &f : llvm::sys::getHostCPUFeatures())
@@ -80,13 +79,7 @@ public:
     t.capability = has("avx512f") ? "AVX512" : has("avx2") ? "AVX2" : "DEFAULT";
     t.llvmVersion = LLVM_VERSION_STRING;
     t.vectorMath = "scalar";
-    jtmb->setCPU(t.cpu);
-    jtmb->addFeatures(feats);
-    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    // Position-independent: the cache also keeps a layer's objects linked
-    // into one shared object (SharedObject.h), which needs PIC.
-    jtmb->setRelocationModel(llvm::Reloc::PIC_);
-    self->jtmb_ = std::move(jtmb);
+    self->features_ = feats;
 
     self->emit_.vectorBits = t.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
     // libmvec supplies the vector math; without it math runs lane by lane.
@@ -172,6 +165,13 @@ private:
     std::call_once(jitOnce_, [this] {
       llvm::InitializeNativeTarget();
       llvm::InitializeNativeTargetAsmPrinter();
+      jtmb_ = std::make_unique<llvm::orc::JITTargetMachineBuilder>(llvm::Triple(target_.triple));
+      jtmb_->setCPU(target_.cpu);
+      jtmb_->addFeatures(features_);
+      jtmb_->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+      // Position-independent: the cache also keeps a layer's objects linked
+      // into one shared object (SharedObject.h), which needs PIC.
+      jtmb_->setRelocationModel(llvm::Reloc::PIC_);
       // No platform: kernels have no static initializers to run, and setting
       // one up measured 0.5-0.8 ms of a 6 ms cache hit in a fresh process.
       auto jit = llvm::orc::LLJITBuilder()
@@ -189,7 +189,8 @@ private:
   std::once_flag jitOnce_;
   Error jitFailure_;
   HostTarget target_;
-  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_;
+  std::vector<std::string> features_;
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> jtmb_; // made with the JIT
   std::unique_ptr<llvm::orc::LLJIT> jit_;
   llvm::sys::DynamicLibrary libmvec_;
   EmitOptions emit_;
