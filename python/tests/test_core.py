@@ -189,3 +189,22 @@ def test_progress_callback_counts_the_kernels():
     assert totals == {80}  # 40 distinct formulas x forward and backward
     dones = [d for d, _ in seen]
     assert dones == sorted(dones) and dones[-1] == 80 and len(dones) >= 2
+
+
+def test_a_second_compile_loads_the_cached_kernels_with_the_same_results(tmp_path):
+    from hsnn import _core
+    if not hsnn.runtime_info()["cpu_jit_enabled"]:
+        pytest.skip("cpu_jit unavailable")
+    before = hsnn.runtime_flags()
+    hsnn.update_runtime_flags(use_kernel_cache=True, cache_dir=str(tmp_path))
+    try:
+        first = hsnn.ActivationLayer(["gelu", "tanh"], method="cpu_jit")
+        _core.flush_kernel_cache()  # the shared object linked in the background
+        second = hsnn.ActivationLayer(["gelu", "tanh"], method="cpu_jit")
+    finally:
+        hsnn.update_runtime_flags(use_kernel_cache=before["use_kernel_cache"], cache_dir=before["cache_dir"])
+    info = second.compile_info()
+    assert info["cache_hit"] and not first.compile_info()["cache_hit"]
+    assert isinstance(info["linked_from_cache"], bool)
+    z = np.linspace(-5, 5, 2 * 64, dtype=np.float32).reshape(2, 64)  # nodes-major
+    assert np.array_equal(first.forward(z), second.forward(z))
