@@ -4,9 +4,6 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(_hsnn_targets hsnn hsnn_llvm hsnn_fmt)
-if(HSNN_HAVE_LLD)
-  list(APPEND _hsnn_targets hsnn_lld)
-endif()
 if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
   list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend)

@@ -16,22 +16,13 @@ else()
   target_link_libraries(hsnn_llvm INTERFACE LLVM)
 endif()
 
-# lld (Debian's liblld-19-dev), optional: links a layer's cached objects into
-# one shared object that later processes load with dlopen, without starting
-# LLVM (lib/CPU/SharedObject.h). Not with static LLVM: lld's archives would
-# pull in the shared libLLVM.
-set(HSNN_HAVE_LLD OFF)
-if(NOT HSNN_LLVM_STATIC)
-  find_library(HSNN_LLD_ELF lldELF HINTS ${LLVM_LIBRARY_DIR} NO_DEFAULT_PATH)
-  find_library(HSNN_LLD_COMMON lldCommon HINTS ${LLVM_LIBRARY_DIR} NO_DEFAULT_PATH)
-  find_path(HSNN_LLD_INCLUDE lld/Common/Driver.h HINTS ${LLVM_INCLUDE_DIRS} NO_DEFAULT_PATH)
-  find_library(HSNN_ZLIB z)
-  find_library(HSNN_ZSTD zstd)
-  if(HSNN_LLD_ELF AND HSNN_LLD_COMMON AND HSNN_LLD_INCLUDE AND HSNN_ZLIB AND HSNN_ZSTD)
-    set(HSNN_HAVE_LLD ON)
-    add_library(hsnn_lld INTERFACE)
-    target_include_directories(hsnn_lld SYSTEM INTERFACE ${HSNN_LLD_INCLUDE})
-    target_link_libraries(hsnn_lld INTERFACE ${HSNN_LLD_ELF} ${HSNN_LLD_COMMON} ${HSNN_ZLIB} ${HSNN_ZSTD} hsnn_llvm)
-  endif()
+# The linker program that links a layer's cached objects into one shared
+# object, which later processes load with dlopen without starting LLVM
+# (lib/CPU/SharedObject.h). Run as a program at run time, so neither lld's
+# archives nor a fork of the process are needed; HSNN_LINKER overrides it.
+# binutils' ld first: it starts in ~10 ms, ld.lld-19 (dynamic libLLVM) in ~100.
+find_program(HSNN_LINKER NAMES ld.bfd ld ld.lld-19 ld.lld DOC "Linker for the cache's shared objects (empty: none)")
+if(NOT HSNN_LINKER)
+  set(HSNN_LINKER "")
 endif()
-message(STATUS "lld for linked cache entries: ${HSNN_HAVE_LLD}")
+message(STATUS "Linker for linked cache entries: ${HSNN_LINKER}")

@@ -6,7 +6,7 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   build-essential cmake ninja-build ccache git
-  llvm-19-dev liblld-19-dev libzstd-dev zlib1g-dev
+  llvm-19-dev libzstd-dev zlib1g-dev
   libtbb-dev libfmt-dev doctest-dev
   clang-19 libclang-rt-19-dev
   python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch python3-sklearn python3-matplotlib python3-mpmath

@@ -8,7 +8,8 @@
 // by a BLAKE3 hash of everything that affects the code, written atomically,
 // and verified on every load; anything that fails verification is
 // recompiled, never trusted. A cpu_jit layer's objects are also kept
-// linked into one shared object (when hsnn was built with lld), loaded from
+// linked into one shared object (by the system's linker, run as a
+// program; HSNN_LINKER overrides it), loaded from
 // memory with dlopen after verification: a cache hit then needs no LLVM.
 //
 //===----------------------------------------------------------------------===//

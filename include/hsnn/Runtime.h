@@ -55,6 +55,9 @@ struct RuntimeInfo {
   std::string cpuJitUnavailableReason;
   std::string cpuName;       ///< LLVM's name for the host CPU, e.g. skylake-avx512
   std::string cpuCapability; ///< AVX512, AVX2 or DEFAULT
+  /// The program that links a cpu_jit layer's cached objects into one
+  /// shared object (HSNN_LINKER, else the build's); empty when none runs.
+  std::string cacheLinker;
   Method defaultMethod = Method::CpuInterp;
 };
 

@@ -58,7 +58,7 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
 // and the symbols it must export.
 CacheKey linkedObjectKey(std::span<const CacheKey> objects, std::span<const std::string> symbols) {
   CacheKeyBuilder k;
-  k.add("format", "hsnn-linked-2"); // lld is LLVM's version, in the object keys
+  k.add("format", "hsnn-linked-2"); // which linker made it does not matter: loads are checked
   for (const CacheKey &o : objects)
     k.add("object", toHex(o));
   for (const std::string &s : symbols)

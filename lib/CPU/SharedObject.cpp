@@ -2,6 +2,7 @@
 #include "SharedObject.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <condition_variable>
 #include <deque>
@@ -11,12 +12,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <cerrno>
-#include <csignal>
 #include <mutex>
 #include <pthread.h>
 #include <set>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
@@ -58,13 +57,10 @@ Error loadFailure(const std::string &why) {
   return Error(ErrorCode::Internal, fmt::format("cannot load the cached shared object: {}", why));
 }
 
-// One thread hands each job to a child process, one at a time, and waits
-// for it. The child links (lld keeps global state, and function-local
-// statics it creates would be destroyed at this process's exit under a
-// link still running), stores the entry, and leaves by _exit. The queue is
-// never destroyed: exit neither waits for it nor tears it down under the
-// thread; a child still linking then finishes on its own, and a job not
-// started by then is left to a later process.
+// One thread links the queued jobs, one at a time, each by the linker
+// program (SharedObjectLinker.cpp), and stores the image. The queue is
+// never destroyed: exit does not tear it down under the thread. Exit stops
+// it instead (stopForExit), before the cache's statics are destroyed.
 class LinkQueue;
 LinkQueue &linkQueue();
 
@@ -88,11 +84,9 @@ public:
                        q.queued_.clear();
                        q.busy_ = q.started_ = false;
                      });
-    std::atexit([] {
-      LinkQueue &q = linkQueue();
-      std::lock_guard lock(q.forkMutex_);
-      q.exiting_ = true;
-    });
+    // Registered after the cache's statics were made (a job exists only
+    // once the objects were stored), so this runs before they are gone.
+    std::atexit([] { linkQueue().stopForExit(); });
   }
 
   void push(Job job) {
@@ -121,7 +115,7 @@ private:
       jobs_.pop_front();
       busy_ = true;
       lock.unlock();
-      linkInChild(job);
+      link(job);
       lock.lock();
       busy_ = false;
       queued_.erase(job.key);
@@ -129,70 +123,79 @@ private:
     }
   }
 
-  // The files a child links through: removed when it ends, by the alarm
-  // too (only read in the handler). A plain pointer: a static with a
-  // destructor would register it with the C library's atexit lock.
-  static inline std::vector<std::string> *childFiles = nullptr;
-  [[noreturn]] static void leaveChild(int) {
-    if (childFiles) {
-      for (size_t i = 1; i < childFiles->size(); ++i)
-        ::unlink((*childFiles)[i].c_str());
-      ::rmdir((*childFiles)[0].c_str());
-    }
-    ::_exit(0);
-  }
-
-  void linkInChild(const Job &job) {
-    pid_t pid;
+  void link(const Job &job) {
+    const char *tmp = std::getenv("TMPDIR");
+    std::string dir = fmt::format("{}/hsnn-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     {
-      // Never a fork once exit has begun: the exiting thread holds the C
-      // library's locks between its exit handlers, and a child would
-      // inherit them locked.
-      std::lock_guard lock(forkMutex_);
-      if (exiting_)
+      std::lock_guard lock(exitMutex_);
+      if (exiting_ || !::mkdtemp(dir.data()))
         return;
-      pid = ::fork();
+      linkerPid_ = 0;
     }
-    if (pid < 0)
-      return;
-    if (pid == 0) {
-      // Quietly: a failed link only means later processes load the
-      // objects through the JIT (and the warning handler may be the
-      // parent's Python). Eviction scans the directory: the size
-      // estimate's lock may have been held at the fork. None of the
-      // parent's files (a harness waits for its pipes to close), and an
-      // alarm ends a child that would wait on a lock another thread held
-      // at the fork.
-      ::signal(SIGALRM, leaveChild);
-      ::alarm(30);
-      if (int null = ::open("/dev/null", O_RDWR); null >= 0)
-        ::dup2(null, 0), ::dup2(null, 1), ::dup2(null, 2);
-      ::close_range(3, ~0u, 0);
-      const char *tmp = std::getenv("TMPDIR");
-      std::string dir = fmt::format("{}/hsnn-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-      if (!::mkdtemp(dir.data()))
-        ::_exit(0);
-      auto *files = new std::vector<std::string>{dir};
-      for (size_t i = 0; i <= job.objects.size(); ++i)
-        files->push_back(linkWorkFile(dir, i));
-      childFiles = files;
+    // Each look at the linker under the exit lock, so that exit and this
+    // thread never both reap (or kill) one process.
+    auto poll = [&](pid_t pid, bool overdue) -> std::optional<int> {
+      std::lock_guard lock(exitMutex_);
+      if (exiting_) {
+        if (linkerPid_ != -1) // started after exit looked
+          pollLinker(pid, /*stop=*/true);
+        return kLinkAbandoned;
+      }
+      std::optional<int> status = pollLinker(pid, overdue);
+      linkerPid_ = status ? 0 : pid;
+      return status;
+    };
+    auto image = linkSharedObject(job.objects, dir, linkerProgram(), poll);
+    std::lock_guard lock(exitMutex_);
+    if (image && !exiting_) {
+      // Quietly: a failed store only means later processes load the
+      // objects through the JIT, and the warning handler may be Python's.
       CacheConfig quiet{job.config.enabled, job.config.dir, nullptr};
       if (std::optional<ObjectCache> cache = ObjectCache::open(quiet))
-        if (auto image = linkSharedObject(job.objects, dir))
-          cache->store(CacheCategory::Cpu, job.key, *image, job.description, /*fullScan=*/true);
-      leaveChild(0);
+        cache->store(CacheCategory::Cpu, job.key, *image, job.description);
     }
-    // A link takes milliseconds; a child that hangs ends by its alarm.
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
+    removeWorkDir(dir, job.objects.size());
   }
 
-  std::mutex mutex_, forkMutex_;
-  bool exiting_ = false;
+  static void removeWorkDir(const std::string &dir, size_t objects) {
+    for (size_t i = 0; i <= objects; ++i)
+      ::unlink(linkWorkFile(dir, i).c_str());
+    ::rmdir(dir.c_str());
+  }
+
+  // Exit first lets the queue finish, for a while: a short process (one
+  // compile, then exit) would otherwise never leave a linked entry, and a
+  // link takes ~10 ms with ld.bfd (exit waits at most a second, however
+  // many layers are queued). Then it stops the thread: a linker
+  // still running is killed, and the thread removes its files.
+  void stopForExit() {
+    {
+      std::unique_lock lock(mutex_);
+      idle_.wait_for(lock, kExitGrace, [&] { return jobs_.empty() && !busy_; });
+    }
+    {
+      std::lock_guard lock(exitMutex_);
+      exiting_ = true;
+      if (linkerPid_ > 0) {
+        pollLinker(linkerPid_, /*stop=*/true);
+        linkerPid_ = -1;
+      }
+    }
+    std::unique_lock lock(mutex_);
+    idle_.wait_for(lock, kExitGrace, [&] { return !busy_; });
+  }
+  static constexpr auto kExitGrace = std::chrono::seconds(1);
+
+  std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<Job> jobs_;
   std::set<CacheKey> queued_;
   bool busy_ = false, started_ = false;
+  // The linker process of the job being linked, for exit (0 when none runs
+  // that this thread has seen, -1 once exit has ended it).
+  std::mutex exitMutex_;
+  bool exiting_ = false;
+  pid_t linkerPid_ = 0;
   friend LinkQueue &linkQueue();
 };
 

@@ -1,7 +1,7 @@
 //===- lib/CPU/SharedObject.h - Cached kernels loaded without LLVM -*- C++ -*-===//
 //
 // A layer's kernel objects, once compiled, are also linked into one shared
-// object (by lld, in the background) and kept in the disk cache beside the
+// object (by the linker program, in the background) and kept in the disk cache beside the
 // objects. A later process that finds it loads it with the C library's
 // dlopen: no LLVM target, JIT session or JITLink, which were most of a cache
 // hit's time. The image is loaded from memory (a memfd), so what runs is
@@ -13,7 +13,10 @@
 #include "Cache/ObjectCache.h"
 #include "HostJIT.h"
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <sys/types.h>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,23 +28,39 @@ namespace hsnn::detail {
 Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char> &image,
                                                           std::span<const std::string> symbols);
 
-/// Whether this build can link shared objects (it has lld).
+/// Whether this process can link shared objects: it has a linker program
+/// (HSNN_LINKER, else the one the build found).
 bool canLinkSharedObjects();
 
-/// Links `objects` into one shared object with lld and stores it in the
-/// cache under `key`, on a background thread: compile() does not wait for
-/// it. Links run one at a time and a key already queued is not queued
-/// again; exit waits for the queue.
+/// Links `objects` into one shared object and stores it in the cache under
+/// `key`, on a background thread: compile() does not wait for it. Links run
+/// one at a time and a key already queued is not queued again; exit stops
+/// the queue (a job not done is left to a later process).
 void storeLinkedLater(const CacheConfig &config, const CacheKey &key, std::vector<std::vector<char>> objects,
                       std::string description);
 
 /// Waits until every link queued so far is stored (or has failed).
 void waitForLinkedStores();
 
-/// Links objects into a shared object image with lld, in this process,
-/// through files in `workDir` (linkWorkFile names them; the caller removes
-/// them). Background links call it in a child process.
-Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir);
+/// A wait status no process returns: the wait was abandoned.
+constexpr int kLinkAbandoned = -1;
+/// One look at a linker process: its wait status once it has ended, else
+/// std::nullopt; `stop` kills it and reaps it.
+std::optional<int> pollLinker(pid_t pid, bool stop);
+/// How linkSharedObject waits for its linker: called until it returns a
+/// status (pollLinker's, or kLinkAbandoned once the process is ended); the
+/// second argument says the linker is past its deadline.
+using LinkerPoll = std::function<std::optional<int>(pid_t, bool)>;
+
+/// The linker program: HSNN_LINKER when set (empty: none), else the one
+/// the build found.
+const std::string &linkerProgram();
+
+/// Links objects into a shared object image by running `program` on files
+/// in `workDir` (linkWorkFile names them; the caller removes them), waiting
+/// through `poll` (pollLinker when empty).
+Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir,
+                                             const std::string &program, const LinkerPoll &poll = {});
 /// The i-th input object's file in `workDir`; i = the number of inputs is
 /// the output.
 inline std::string linkWorkFile(const std::string &workDir, size_t i) { return workDir + "/k" + std::to_string(i) + ".o"; }

@@ -1,24 +1,37 @@
-//===- lib/CPU/SharedObjectLinker.cpp - Objects to a shared object by lld -===//
+//===- lib/CPU/SharedObjectLinker.cpp - Objects to a shared object --------===//
 //
-// lld as a library: the ELF driver on files in a private temporary
-// directory (lld reads and writes paths). Background links call it in a
-// child process (SharedObject.cpp), so lld's global state stays there. Undefined symbols (libmvec's and
-// libm's) stay undefined and resolve when the image is loaded, against the
-// libraries the process already has (the host JIT keeps libmvec loaded), so
-// linking reads no system library and needs no -dev package.
+// The system's linker as a program (binutils' ld.bfd when the build found
+// it, else ld.lld; HSNN_LINKER overrides, and an empty HSNN_LINKER turns
+// linking off). A program, not lld as a library:
+// lld keeps global state and function-local statics that exit would
+// destroy under a running link, and a separate program needs neither a
+// fork of this (possibly large) process nor lld's archives in a static
+// build. posix_spawn starts it without copying this process's page
+// tables. Undefined symbols (libmvec's, libm's) stay undefined and resolve
+// when the image is loaded, against the libraries this process has, so the
+// link reads no system library.
 //===----------------------------------------------------------------------===//
 #include "SharedObject.h"
 
-#include <lld/Common/Driver.h>
-#include <llvm/Support/raw_ostream.h>
-
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <csignal>
 #include <cstdlib>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
-#include <mutex>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
-LLD_HAS_DRIVER(elf)
+extern char **environ;
+
+#ifndef HSNN_LINKER_DEFAULT
+#define HSNN_LINKER_DEFAULT ""
+#endif
 
 namespace hsnn::detail {
 namespace {
@@ -27,18 +40,44 @@ Error linkFailure(const std::string &why) {
   return Error(ErrorCode::Internal, fmt::format("cannot link the kernels into a shared object for the cache: {}", why));
 }
 
+// A link of one layer takes tens of milliseconds; one that takes this long
+// is stuck and is killed.
+constexpr auto kLinkDeadline = std::chrono::seconds(30);
+
 } // namespace
 
-bool canLinkSharedObjects() { return true; }
+const std::string &linkerProgram() {
+  // Never destroyed: the link thread may read it during exit.
+  static const std::string *program = [] {
+    const char *p = std::getenv("HSNN_LINKER");
+    return new std::string(p ? p : HSNN_LINKER_DEFAULT);
+  }();
+  return *program;
+}
 
-Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir) {
-  // lld's driver keeps global state: one link at a time, and none after a
-  // link that says it cannot run again.
-  static std::mutex mutex;
-  static bool broken = false;
-  std::lock_guard lock(mutex);
-  if (broken)
-    return linkFailure("an earlier link left lld unusable");
+bool canLinkSharedObjects() {
+  static const bool usable = !linkerProgram().empty() && ::access(linkerProgram().c_str(), X_OK) == 0;
+  return usable;
+}
+
+std::optional<int> pollLinker(pid_t pid, bool stop) {
+  if (stop)
+    ::kill(pid, SIGKILL);
+  int status = 0;
+  pid_t r;
+  while ((r = ::waitpid(pid, &status, stop ? 0 : WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (r == pid)
+    return status;
+  if (r < 0) // not our child any more: as good as failed
+    return kLinkAbandoned;
+  return std::nullopt;
+}
+
+Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir,
+                                             const std::string &program, const LinkerPoll &poll) {
+  if (program.empty())
+    return linkFailure("no linker program (HSNN_LINKER is empty)");
   std::vector<std::string> inputs;
   for (size_t i = 0; i < objects.size(); ++i) {
     inputs.push_back(linkWorkFile(workDir, i));
@@ -48,23 +87,54 @@ Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> 
       return linkFailure("cannot write an object to " + inputs.back());
   }
   std::string output = linkWorkFile(workDir, objects.size());
-  std::vector<const char *> args = {"ld.lld", "-shared", "-o", output.c_str(), "-z", "now", "-z", "relro",
-                                    "--build-id=none", "--hash-style=gnu", "--threads=1"}; // no soname: see SharedObject.cpp
-  for (const std::string &in : inputs)
-    args.push_back(in.c_str());
+  // No soname: glibc would know two images by it (see SharedObject.cpp).
+  std::vector<std::string> args = {program, "-shared", "-o", output, "-z", "now", "-z", "relro",
+                                   "--build-id=none", "--hash-style=gnu"};
+  args.insert(args.end(), inputs.begin(), inputs.end());
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
 
-  std::string diagnostics;
-  llvm::raw_string_ostream errs(diagnostics);
-  llvm::raw_null_ostream outs;
-  lld::Result r = lld::lldMain(args, outs, errs, {{lld::Gnu, &lld::elf::link}});
-  broken = !r.canRunAgain;
-  if (r.retCode != 0)
-    return linkFailure(errs.str().empty() ? "lld failed" : errs.str());
+  // Silent (its messages would land in the caller's terminal or a
+  // harness's pipe) and with none of this process's descriptors.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  for (int fd = 0; fd < 3; ++fd)
+    posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 34)
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0)
+    return linkFailure(fmt::format("cannot start '{}': {}", argv[0], std::strerror(rc)));
+
+  // Polled, so that the caller can stop waiting (at exit) and a stuck
+  // linker is killed.
+  auto deadline = std::chrono::steady_clock::now() + kLinkDeadline;
+  auto pause = std::chrono::microseconds(500);
+  int status = 0;
+  for (;;) {
+    bool overdue = std::chrono::steady_clock::now() > deadline;
+    std::optional<int> done = poll ? poll(pid, overdue) : pollLinker(pid, overdue);
+    if (done) {
+      status = *done;
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(8000));
+  }
+  if (status == kLinkAbandoned)
+    return linkFailure("the link was stopped");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return linkFailure(fmt::format("'{}' failed", argv[0]));
 
   std::ifstream in(output, std::ios::binary);
   std::vector<char> image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (image.empty())
-    return linkFailure("lld wrote an empty file");
+    return linkFailure("the linker wrote an empty file");
   return image;
 }
 

@@ -160,28 +160,30 @@ void evictAfterStore(const std::string &root, uint64_t added) {
     std::chrono::steady_clock::time_point scanned;
     bool known = false;
   };
-  static std::mutex mutex;
-  static std::map<std::string, Estimate> estimates;
+  // Never destroyed: the thread that stores linked objects may store during
+  // exit, after statics made later than its exit handler are gone.
+  static auto *mutex = new std::mutex;
+  static auto *estimates = new std::map<std::string, Estimate>;
   auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard lock(mutex);
-    Estimate &e = estimates[root];
+    std::lock_guard lock(*mutex);
+    Estimate &e = (*estimates)[root];
     e.bytes += added;
     if (e.known && e.bytes <= gLimit.load() && now - e.scanned < kRescanEvery)
       return;
   }
   uint64_t left = evict(root);
-  std::lock_guard lock(mutex);
-  estimates[root] = {left, now, true};
+  std::lock_guard lock(*mutex);
+  (*estimates)[root] = {left, now, true};
 }
 
 // Each refused directory is reported once per process, not at every compile.
 void warnOnce(const CacheWarningSink &warn, const std::string &message) {
-  static std::mutex mutex;
-  static std::set<std::string> said;
+  static auto *mutex = new std::mutex; // never destroyed, as above
+  static auto *said = new std::set<std::string>;
   {
-    std::lock_guard lock(mutex);
-    if (!said.insert(message).second)
+    std::lock_guard lock(*mutex);
+    if (!said->insert(message).second)
       return;
   }
   if (warn)

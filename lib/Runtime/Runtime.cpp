@@ -140,6 +140,8 @@ const RuntimeInfo &runtimeInfo() {
       i.cpuJitUnavailableReason = jit.error().message();
       i.cpuCapability = "DEFAULT";
     }
+    if (i.cpuJitEnabled && detail::canLinkSharedObjects())
+      i.cacheLinker = detail::linkerProgram();
     i.defaultMethod = i.gpuEnabled ? Method::Cuda : i.cpuJitEnabled ? Method::CpuJit : Method::CpuInterp;
     return i;
   }();

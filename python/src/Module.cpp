@@ -551,6 +551,7 @@ PYBIND11_MODULE(_core, m) {
     d["cpu_jit_unavailable_reason"] = i.cpuJitUnavailableReason;
     d["cpu_name"] = i.cpuName;
     d["cpu_capability"] = i.cpuCapability;
+    d["cache_linker"] = i.cacheLinker;
     d["default_method"] = std::string(to_string(i.defaultMethod));
     return d;
   });

@@ -475,7 +475,7 @@ TEST_CASE("every PTX the engine loads passes ptxas for the device's architecture
   CHECK(fake.count("ptxas") == assembled + 24);
 }
 
-TEST_CASE("IEEE by default on the GPU too; fast math is opt-in") {
+TEST_CASE("IEEE by default on the GPU too, fast math opt-in") {
   Fake fake;
   if (!cudaMethodAvailable())
     return;

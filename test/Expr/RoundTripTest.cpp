@@ -65,7 +65,7 @@ TEST_CASE("random expressions round-trip through the printer") {
   }
 }
 
-TEST_CASE("SymPy's Eq, Ne, Lt..Ge, Rational, Mod, log2, log10 and cbrt parse; Eq and Ne print as SymPy reads them") {
+TEST_CASE("SymPy's Eq, Ne, Lt..Ge, Rational, Mod, log2, log10 and cbrt parse, and Eq and Ne print as SymPy reads them") {
   ExprContext ctx;
   struct Case {
     const char *text, *printed;

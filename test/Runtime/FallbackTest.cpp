@@ -21,7 +21,7 @@ struct WarningLog {
 };
 } // namespace
 
-TEST_CASE("an unavailable method warns and steps down; strict mode makes it an error") {
+TEST_CASE("an unavailable method warns and steps down, and strict mode makes it an error") {
   const RuntimeInfo &info = runtimeInfo();
   // CUDA is not built yet, so it always steps down; the CPU JIT may be missing too (sanitizer builds).
   if (info.gpuEnabled) {

@@ -148,6 +148,17 @@ if [ -n "${2:-}" ]; then
   if [ "$got" = "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); printf 'FAIL info gpus\n--- got\n%s\n--- want\n%s\n' "$got" "$want"; fi
 fi
 
+# A process that compiles once and exits leaves its layer linked into one shared object (exit lets the
+# background link finish), and leaves no link files behind; the next process loads it. Builds with the JIT only.
+if "$J" info --json | grep -q '"cpu_jit_enabled": true' && "$J" info | grep -q '^cache linker:   /'; then
+  dir=$(mktemp -d)
+  HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR="$dir/cache" TMPDIR="$dir" "$J" bench --cache-hit-probe > /dev/null 2>&1
+  got=$(HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR="$dir/cache" TMPDIR="$dir" "$J" bench --cache-hit-probe | cut -d' ' -f2)
+  left=$(find "$dir" -name 'hsnn-link-*' | wc -l)
+  if [ "$got" = 1 ] && [ "$left" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL linked at exit: linked '$got', $left link directories left"; fi
+  rm -rf "$dir"
+fi
+
 for sub in parse diff eval bench cache info compile; do
   out=$("$J" $sub --help 2>&1); code=$?
   if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi

@@ -131,11 +131,11 @@ int runInfo(std::span<const std::string_view> args) {
                "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpus\": [{}], "
                "\"cuda_driver_version\": {}, \"gpu_unavailable_reason\": {}, "
                "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
-               "\"cache_entries\": {}, \"cache_bytes\": {}}}\n",
+               "\"cache_entries\": {}, \"cache_bytes\": {}, \"cache_linker\": {}}}\n",
                jsonQuote(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonQuote(i.cpuJitUnavailableReason),
                i.gpuEnabled, i.numGpus, gpus, i.cudaDriverVersion, jsonQuote(i.gpuUnavailableReason),
                to_string(i.defaultMethod), f.useKernelCache, f.strict, jsonQuote(kernelCacheDir()), cacheEntries,
-               cacheBytes);
+               cacheBytes, jsonQuote(i.cacheLinker));
     return Ok;
   }
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
@@ -155,6 +155,7 @@ int runInfo(std::span<const std::string_view> args) {
   fmt::print("strict:         {}\n", f.strict);
   fmt::print("kernel cache:   {} ({}; {} entries, {} bytes)\n", kernelCacheDir(), f.useKernelCache ? "on" : "off",
              cacheEntries, cacheBytes);
+  fmt::print("cache linker:   {}\n", i.cacheLinker.empty() ? "none (cache hits load objects through the JIT)" : i.cacheLinker);
   return Ok;
 }
 

@@ -1,0 +1,124 @@
+// The linker program behind linked cache entries, with stand-in linkers:
+// its failures are errors, a stuck one is killed and reaped, and it runs
+// silent and with none of this process's descriptors.
+#include "CPU/SharedObject.h"
+
+#include <doctest/doctest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace hsnn;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A private directory with a stand-in linker script and room for a link.
+struct LinkDir {
+  std::string dir;
+  LinkDir() {
+    char tmpl[] = "/tmp/hsnn-linker-test-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+  }
+  ~LinkDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string script(const std::string &body) const {
+    std::string path = dir + "/linker.sh";
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    ::chmod(path.c_str(), 0700);
+    return path;
+  }
+};
+
+const std::vector<std::vector<char>> kObjects = {std::vector<char>(64, 'o')};
+
+// No child is left behind, running or as a zombie.
+bool noChildren() { return ::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD; }
+
+} // namespace
+
+TEST_CASE("a linker that fails or cannot start is an error naming it") {
+  LinkDir d;
+  std::string failing = d.script("exit 3");
+  auto r = detail::linkSharedObject(kObjects, d.dir, failing);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message() == "cannot link the kernels into a shared object for the cache: '" + failing + "' failed");
+
+  auto missing = detail::linkSharedObject(kObjects, d.dir, d.dir + "/no-such-linker");
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().message() == "cannot link the kernels into a shared object for the cache: cannot start '" +
+                                         d.dir + "/no-such-linker': No such file or directory");
+
+  auto none = detail::linkSharedObject(kObjects, d.dir, "");
+  REQUIRE_FALSE(none);
+  CHECK(none.error().message() ==
+        "cannot link the kernels into a shared object for the cache: no linker program (HSNN_LINKER is empty)");
+
+  auto empty = detail::linkSharedObject(kObjects, d.dir, d.script("exit 0"));
+  REQUIRE_FALSE(empty);
+  CHECK(empty.error().message() == "cannot link the kernels into a shared object for the cache: the linker wrote an "
+                                   "empty file");
+  CHECK(noChildren());
+}
+
+TEST_CASE("a stuck linker is killed and reaped when overdue or when the caller stops waiting") {
+  LinkDir d;
+  std::string stuck = d.script("exec sleep 60");
+  auto t0 = std::chrono::steady_clock::now();
+  int polls = 0;
+  auto overdue = detail::linkSharedObject(kObjects, d.dir, stuck, [&](pid_t pid, bool) {
+    return detail::pollLinker(pid, /*stop=*/++polls == 3); // past its deadline at the third look
+  });
+  REQUIRE_FALSE(overdue);
+  CHECK(overdue.error().message() == "cannot link the kernels into a shared object for the cache: '" + stuck +
+                                         "' failed");
+  CHECK(polls == 3);
+  CHECK(noChildren());
+
+  auto stopped = detail::linkSharedObject(kObjects, d.dir, stuck, [&](pid_t pid, bool) -> std::optional<int> {
+    detail::pollLinker(pid, /*stop=*/true);
+    return detail::kLinkAbandoned;
+  });
+  REQUIRE_FALSE(stopped);
+  CHECK(stopped.error().message() == "cannot link the kernels into a shared object for the cache: the link was stopped");
+  CHECK(noChildren());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
+
+TEST_CASE("the linker runs silent, with none of this process's descriptors, on the objects given") {
+  LinkDir d;
+  // Inheritable descriptors, as a harness's pipe is; numbered high, apart
+  // from those the script's shell opens itself.
+  int pipeFds[2];
+  REQUIRE(::pipe(pipeFds) == 0);
+  int fds[2] = {::dup2(pipeFds[0], 100), ::dup2(pipeFds[1], 101)};
+  ::close(pipeFds[0]);
+  ::close(pipeFds[1]);
+  REQUIRE(fds[0] == 100);
+  REQUIRE(fds[1] == 101);
+  // Writes what it sees as its "shared object": its stdout and stderr, its
+  // descriptors, and its arguments.
+  std::string spy = d.script("o=$(readlink /proc/$$/fd/1); e=$(readlink /proc/$$/fd/2); fds=$(ls /proc/$$/fd); "
+                             "{ echo \"$o\"; echo \"$e\"; echo \"$fds\"; echo \"$@\"; cat \"${10}\"; } > \"$3\"");
+  auto r = detail::linkSharedObject(kObjects, d.dir, spy);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  REQUIRE(r);
+  std::string seen(r->begin(), r->end());
+  INFO(seen);
+  CHECK(seen.starts_with("/dev/null\n/dev/null\n"));
+  CHECK(seen.find("\n" + std::to_string(fds[0]) + "\n") == std::string::npos);
+  CHECK(seen.find("\n" + std::to_string(fds[1]) + "\n") == std::string::npos);
+  std::string out = detail::linkWorkFile(d.dir, 1), in = detail::linkWorkFile(d.dir, 0);
+  CHECK(seen.find("-shared -o " + out + " -z now -z relro --build-id=none --hash-style=gnu " + in + "\n") !=
+        std::string::npos);
+  CHECK(seen.ends_with(std::string(64, 'o')));
+}
