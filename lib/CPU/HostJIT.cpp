@@ -199,6 +199,10 @@ private:
 
 } // namespace
 
+// create() cannot fail: the native target is linked in.
+bool HostJIT::available() { return true; }
+const char *HostJIT::llvmVersion() { return LLVM_VERSION_STRING; }
+
 Expected<HostJIT *> HostJIT::get() {
   // Never destroyed: kernels of layers held in globals are released at
   // exit, after function-local statics are gone, and need the JIT then.

@@ -49,6 +49,11 @@ public:
   /// The JIT, or an Error saying why there is none (this build has no LLVM,
   /// or LLVM cannot target this CPU).
   static Expected<HostJIT *> get();
+  /// Whether get() succeeds, without starting anything (no LLVM host
+  /// detection: a cache hit of linked kernels never asks LLVM).
+  static bool available();
+  /// The LLVM version kernels are compiled with ("none" without the JIT).
+  static const char *llvmVersion();
 
   virtual const HostTarget &target() const = 0;
   /// Emits, optimizes and compiles the kernels into one object file.

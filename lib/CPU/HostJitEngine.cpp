@@ -3,12 +3,14 @@
 
 #include "Program/Launch.h"
 #include "Program/Stopwatch.h"
+#include "HostId.h"
 #include "SharedObject.h"
 #include "Model/KernelRequests.h"
 #include "hsnn/Version.h"
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <gnu/libc-version.h>
 #include <mutex>
 #include <tbb/parallel_for.h>
 
@@ -24,21 +26,14 @@ constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
 constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
 
-// Everything that changes the object: the tapes (the canonical form of the
-// formulas after simplification and differentiation), kernel kinds, dtype,
-// options, and the target, compiler and hsnn versions.
-CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
-  CacheKeyBuilder k;
-  // Bump the format whenever the emitter or pipeline changes the code it makes.
-  k.add("format", "hsnn-host-object-8")
-      .add("hsnn", HSNN_VERSION)
-      .add("llvm", t.llvmVersion)
-      .add("triple", t.triple)
-      .add("cpu", t.cpu)
-      .add("features", t.features)
-      .add("vector-math", t.vectorMath)
-      .add("opt", uint64_t(options.optLevel))
-      .add("fast-math", uint64_t(options.fastMath));
+// Bump it whenever the emitter or pipeline changes the code it makes.
+constexpr const char *kObjectFormat = "hsnn-host-object-8";
+
+// What the requests compile to on a given target: the tapes (the canonical
+// form of the formulas after simplification and differentiation), kernel
+// kinds, dtype and options.
+void addRequests(CacheKeyBuilder &k, std::span<const KernelRequest> requests, const JITOptions &options) {
+  k.add("opt", uint64_t(options.optLevel)).add("fast-math", uint64_t(options.fastMath));
   for (const KernelRequest &r : requests) {
     k.add("symbol", r.symbol)
         .add("kind", kindName(r.kind))
@@ -51,14 +46,46 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
     for (const Program *unit : r.units)
       k.add("unit", unit->fingerprint());
   }
+}
+
+// Everything that changes an object: the requests, and the target,
+// compiler and hsnn versions.
+CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
+  CacheKeyBuilder k;
+  k.add("format", kObjectFormat)
+      .add("hsnn", HSNN_VERSION)
+      .add("llvm", t.llvmVersion)
+      .add("triple", t.triple)
+      .add("cpu", t.cpu)
+      .add("features", t.features)
+      .add("vector-math", t.vectorMath);
+  addRequests(k, requests, options);
   return k.finish();
 }
 
-// A layer's objects linked into one shared object: named by the objects
-// and the symbols it must export.
-CacheKey linkedObjectKey(std::span<const CacheKey> objects, std::span<const std::string> symbols) {
+// A layer's objects linked into one shared object. Where the host is
+// identified without LLVM (HostId.h), named by that, the versions and the
+// requests, so that a hit asks LLVM nothing; else by the objects' keys.
+// Which linker made it does not matter: loads are checked.
+std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, const JITOptions &options,
+                                      size_t perChunk) {
+  const HostId &host = hostId();
+  if (host.fingerprint.empty())
+    return std::nullopt;
   CacheKeyBuilder k;
-  k.add("format", "hsnn-linked-2"); // which linker made it does not matter: loads are checked
+  k.add("format", "hsnn-linked-3")
+      .add("object-format", kObjectFormat)
+      .add("hsnn", HSNN_VERSION)
+      .add("llvm", HostJIT::llvmVersion())
+      .add("host", host.fingerprint)
+      .add("libc", ::gnu_get_libc_version()) // which vector math variants exist
+      .add("per-object", uint64_t(perChunk));
+  addRequests(k, requests, options);
+  return k.finish();
+}
+CacheKey objectsLinkedKey(std::span<const CacheKey> objects, std::span<const std::string> symbols) {
+  CacheKeyBuilder k;
+  k.add("format", "hsnn-linked-2");
   for (const CacheKey &o : objects)
     k.add("object", toHex(o));
   for (const std::string &s : symbols)
@@ -66,14 +93,20 @@ CacheKey linkedObjectKey(std::span<const CacheKey> objects, std::span<const std:
   return k.finish();
 }
 
+// Progress counts kernels (a formula's tape for one kind, however many
+// share a function), reported one call at a time and only forward.
+size_t countTapes(std::span<const KernelRequest> requests) {
+  size_t n = 0;
+  for (const KernelRequest &r : requests)
+    n += std::max<size_t>(1, r.units.size());
+  return n;
+}
+
 // Compiles (or loads from the disk cache) the requested kernels and returns
 // them loaded, filling the JIT fields of `info`.
 Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
                                                       const CacheConfig &cacheConfig, const std::string &description,
                                                       CompileInfo &info, const CompileProgress &progress) {
-  auto jit = HostJIT::get();
-  if (!jit)
-    return jit.error();
   std::vector<std::string> symbols;
   for (const KernelRequest &r : requests)
     symbols.push_back(r.symbol);
@@ -84,6 +117,32 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   size_t per = std::clamp<size_t>((requests.size() + kSmallChunks - 1) / kSmallChunks, kMinPerChunk, kMaxPerChunk);
   size_t chunks = (requests.size() + per - 1) / per;
   std::optional<ObjectCache> cache = ObjectCache::open(cacheConfig);
+  // The objects linked into one shared object by an earlier process load
+  // without LLVM; a stale or foreign one is relinked below.
+  auto loadLinked = [&](const CacheKey &key) -> std::shared_ptr<KernelLibrary> {
+    auto image = cache ? cache->load(CacheCategory::Cpu, key) : std::nullopt;
+    if (!image)
+      return nullptr;
+    auto t0 = Clock::now();
+    auto lib = loadSharedObject(*image, symbols);
+    if (!lib)
+      return nullptr;
+    info.emitMs = info.optimizeMs = info.codegenMs = 0;
+    info.objectBytes = image->size();
+    info.loadMs = msSince(t0);
+    info.cacheHit = info.linkedFromCache = true;
+    if (progress)
+      progress(countTapes(requests), countTapes(requests));
+    return *lib;
+  };
+  std::optional<CacheKey> linkedKey = hostLinkedKey(requests, options, per);
+  if (linkedKey)
+    if (auto lib = loadLinked(*linkedKey))
+      return lib;
+
+  auto jit = HostJIT::get();
+  if (!jit)
+    return jit.error();
   std::vector<std::vector<char>> objects(chunks);
   std::vector<CompileStats> stats(chunks);
   std::vector<Error> errors(chunks);
@@ -92,30 +151,12 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   std::vector<CacheKey> keys;
   for (size_t c = 0; c < chunks; ++c)
     keys.push_back(objectKey(part(c), options, (*jit)->target()));
-  // Progress in kernels (a formula's tape for one kind, however many share
-  // a function), reported one call at a time and only forward.
-  auto tapes = [](std::span<const KernelRequest> rs) {
-    size_t n = 0;
-    for (const KernelRequest &r : rs)
-      n += std::max<size_t>(1, r.units.size());
-    return n;
-  };
-  const size_t totalTapes = tapes(requests);
+  const size_t totalTapes = countTapes(requests);
 
-  // The objects linked into one shared object by an earlier process load
-  // without starting LLVM; a stale or foreign one is relinked below.
-  CacheKey linkedKey = linkedObjectKey(keys, symbols);
-  if (auto image = cache ? cache->load(CacheCategory::Cpu, linkedKey) : std::nullopt) {
-    auto t0 = Clock::now();
-    if (auto lib = loadSharedObject(*image, symbols)) {
-      info.emitMs = info.optimizeMs = info.codegenMs = 0;
-      info.objectBytes = image->size();
-      info.loadMs = msSince(t0);
-      info.cacheHit = info.linkedFromCache = true;
-      if (progress)
-        progress(totalTapes, totalTapes);
+  if (!linkedKey) {
+    linkedKey = objectsLinkedKey(keys, symbols);
+    if (auto lib = loadLinked(*linkedKey))
       return lib;
-    }
   }
   auto compile = [&](size_t c) {
     auto object = (*jit)->compileObject(part(c), options, &stats[c]);
@@ -133,7 +174,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     if (!progress)
       return;
     std::lock_guard lock(progressMutex);
-    kernelsDone += tapes(part(c));
+    kernelsDone += countTapes(part(c));
     progress(kernelsDone, totalTapes);
   };
   // Cache hits on this thread: a fresh process that finds every object
@@ -180,7 +221,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   info.loadMs = loadStats.loadMs;
   info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
   if (cache)
-    storeLinkedLater(cacheConfig, linkedKey, std::move(objects), description + "; linked into one shared object");
+    storeLinkedLater(cacheConfig, *linkedKey, std::move(objects), description + "; linked into one shared object");
   return lib;
 }
 
@@ -429,10 +470,16 @@ private:
     if (rowsPlanned_ || m.isLoss || m.options.layout != Layout::BatchMajor || m.numNodes() == 0)
       return;
     rowsPlanned_ = true;
-    auto jit = HostJIT::get();
-    if (!jit)
-      return;
-    size_t lanes = (*jit)->target().vectorBits / (m.options.dtype == DType::F32 ? 32 : 64);
+    // The width LLVM's target implies, known without asking LLVM (HostId.h);
+    // the plan only weighs segments, so a mismatch would cost speed only.
+    unsigned bits = hostId().vectorBits;
+    if (hostId().fingerprint.empty()) {
+      auto jit = HostJIT::get();
+      if (!jit)
+        return;
+      bits = (*jit)->target().vectorBits;
+    }
+    size_t lanes = bits / (m.options.dtype == DType::F32 ? 32 : 64);
     rowPlan_ = planRowSegments(m.unitOf, lanes);
   }
 

@@ -194,7 +194,13 @@ void warnOnce(const CacheWarningSink &warn, const std::string &message) {
 
 CacheKeyBuilder &CacheKeyBuilder::add(std::string_view field, std::string_view value) {
   // Length-prefixed so that no two field lists produce the same text.
-  text_ += fmt::format("{}={}:{}\n", field, value.size(), value);
+  // Appended, not formatted: a layer's key has hundreds of fields.
+  text_.append(field);
+  text_ += '=';
+  text_ += std::to_string(value.size());
+  text_ += ':';
+  text_.append(value);
+  text_ += '\n';
   return *this;
 }
 CacheKeyBuilder &CacheKeyBuilder::add(std::string_view field, uint64_t value) { return add(field, std::to_string(value)); }

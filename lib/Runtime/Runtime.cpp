@@ -283,7 +283,7 @@ Expected<Method> resolveMethod(Method asked) {
   if (asked == Method::CpuInterp)
     return asked;
   if (asked == Method::CpuJit) {
-    if (detail::HostJIT::get())
+    if (detail::HostJIT::available())
       return asked;
   }
   const RuntimeInfo &info = runtimeInfo();
