@@ -50,7 +50,8 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   math  one math function per row (exp, log, log1p, tanh, sin, erf, erfc,
       sigmoid) over 2^24 elements: the vector math's throughput
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
-      process (process start-up reported apart), and the interpreter on W1
+      process (process start-up reported apart, beside /bin/true started
+      the same way), and the interpreter on W1
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
 --method cuda runs from host arrays (copies included); --device cuda[:N]
 runs W1-W4 on device memory next to a device-to-device copy (cuMemcpyDtoD)
@@ -78,6 +79,7 @@ template <class T> void streamTriad(const T *b, const T *c, T *a, size_t n) {
 
 struct CompileResult {
   double coldMs = 0, emitMs = 0, optimizeMs = 0, codegenMs = 0, cacheHitMs = 0, processStartMs = 0, interpW1Ms = 0;
+  double trivialProcessMs = 0; ///< The reference: /bin/true started the same way, in the same run.
   bool cacheHitLinked = false; // the probe loaded the shared object (no LLVM)
   double firstResultMs = 0, fullSpeedMs = 0; ///< Tiered: compile + first forward at batch 256; until the JIT runs.
   bool ran = false;
@@ -353,7 +355,9 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
       return layer.error();
     flushKernelCache(); // the shared object linked in the background
   }
-  std::vector<double> hits, starts;
+  // Each probe runs through popen (a shell, then this binary), as does the
+  // reference, /bin/true: this machine's cost of starting any process.
+  std::vector<double> hits, starts, trivial;
   for (int i = 0; i < 5; ++i) {
     std::string cmd = fmt::format("HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR='{}' /proc/{}/exe bench --cache-hit-probe", dir, ::getpid());
     auto t0 = Clock::now();
@@ -371,11 +375,18 @@ std::optional<Error> compileWorkload(const BenchOptions &o, CompileResult &r) {
       return Error(ErrorCode::Internal, "the cache-hit probe process failed");
     hits.push_back(hit);
     starts.push_back(total - hit);
+    t0 = Clock::now();
+    if (FILE *q = ::popen("/bin/true", "r"))
+      ::pclose(q);
+    trivial.push_back(msSince(t0));
   }
-  std::sort(hits.begin(), hits.end());
-  std::sort(starts.begin(), starts.end());
-  r.cacheHitMs = hits[hits.size() / 2];
-  r.processStartMs = starts[starts.size() / 2];
+  auto median = [](std::vector<double> &v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  r.cacheHitMs = median(hits);
+  r.processStartMs = median(starts);
+  r.trivialProcessMs = median(trivial);
   std::error_code ec;
   std::filesystem::remove_all(tmpl, ec);
 
@@ -502,9 +513,10 @@ int runBench(std::span<const std::string_view> args) {
     if (compile.ran)
       fmt::print(", \"compile\": {{\"cold_ms\": {:.3f}, \"emit_ms\": {:.3f}, \"optimize_ms\": {:.3f}, \"codegen_ms\": {:.3f}, "
                  "\"cache_hit_ms\": {:.3f}, \"cache_hit_linked\": {}, \"process_start_ms\": {:.3f}, "
+                 "\"trivial_process_ms\": {:.3f}, "
                  "\"interpreter_w1_ms\": {:.3f}, \"first_result_ms\": {:.3f}, \"full_speed_ms\": {:.3f}}}",
                  compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
-                 compile.cacheHitLinked, compile.processStartMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
+                 compile.cacheHitLinked, compile.processStartMs, compile.trivialProcessMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
     if (gpuCompile.ran)
       fmt::print(", \"gpu_compile\": {{\"cold_ms\": {:.3f}, \"ptx_ms\": {:.3f}, \"load_ms\": {:.3f}, \"cache_hit_ms\": {:.3f}, "
                  "\"cache_hit_load_ms\": {:.3f}}}",
@@ -522,13 +534,14 @@ int runBench(std::span<const std::string_view> args) {
                r.streamMs, r.xLimit);
   if (compile.ran)
     fmt::print("compile (W1 layer, 256 nodes, forward+backward; fused kernels build at first use): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "
-               "codegen {:.2f}); cache hit in a fresh process {:.2f} ms{} (+ {:.1f} ms process start); interpreter W1 "
+               "codegen {:.2f}); cache hit in a fresh process {:.2f} ms{} (+ {:.1f} ms process start; /bin/true {:.1f} ms); "
+               "interpreter W1 "
                "forward {:.2f} ms\n"
                "tiered (LayerOptions::tiered, cold): first result at batch 256 after {:.2f} ms (interpreter), full speed "
                "(cpu_jit) after {:.2f} ms\n",
                compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
                compile.cacheHitLinked ? " (linked shared object)" : " (objects through the JIT)", compile.processStartMs,
-               compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
+               compile.trivialProcessMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
   if (gpuCompile.ran)
     fmt::print("gpu compile (W1 layer, forward+backward; fused builds at first use): cold {:.2f} ms (PTX generation {:.2f}, link + load {:.2f}); cache hit "
                "{:.2f} ms (load {:.2f})\n",
