@@ -76,14 +76,26 @@ public:
   LinkQueue() {
     // A child of fork() has no worker and may have copied a locked mutex:
     // it starts empty (the parent stores its own links).
-    ::pthread_atfork([] { linkQueue().mutex_.lock(); }, [] { linkQueue().mutex_.unlock(); },
-                     [] {
-                       LinkQueue &q = linkQueue();
-                       q.mutex_.unlock();
-                       q.jobs_.clear();
-                       q.queued_.clear();
-                       q.busy_ = q.started_ = false;
-                     });
+    ::pthread_atfork(
+        [] {
+          LinkQueue &q = linkQueue();
+          q.mutex_.lock();
+          q.exitMutex_.lock();
+        },
+        [] {
+          LinkQueue &q = linkQueue();
+          q.exitMutex_.unlock();
+          q.mutex_.unlock();
+        },
+        [] {
+          LinkQueue &q = linkQueue();
+          q.exitMutex_.unlock();
+          q.mutex_.unlock();
+          q.jobs_.clear();
+          q.queued_.clear();
+          q.busy_ = q.started_ = false;
+          q.linkerPid_ = 0; // the parent's linker, not this process's child
+        });
     // Registered after the cache's statics were made (a job exists only
     // once the objects were stored), so this runs before they are gone.
     std::atexit([] { linkQueue().stopForExit(); });

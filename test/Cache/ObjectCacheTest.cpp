@@ -14,6 +14,8 @@
 #include <iterator>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <csignal>
+#include <thread>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -388,6 +390,32 @@ TEST_CASE("a layer's kernels come back linked into one shared object, loaded wit
   flushKernelCache();
   CHECK(build()->compileInfo().linkedFromCache);
   CHECK(cache.warnings.empty());
+}
+
+TEST_CASE("a child forked while a link is queued starts with an empty queue") {
+  if (!jitAvailable() || !detail::canLinkSharedObjects())
+    return;
+  TempCache cache;
+  REQUIRE(build()); // queues the layer's link on the background thread
+  pid_t kid = ::fork();
+  if (kid == 0) {
+    flushKernelCache(); // the parent's jobs are not this process's: returns at once
+    ::_exit(0);
+  }
+  REQUIRE(kid > 0);
+  int status = -1;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::waitpid(kid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (::kill(kid, 0) == 0) { // still there: hung on a lock copied at the fork
+    ::kill(kid, SIGKILL);
+    ::waitpid(kid, &status, 0);
+    FAIL("the forked child hung in flushKernelCache()");
+  }
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  flushKernelCache();
+  CHECK(build()->compileInfo().linkedFromCache); // the parent's link still landed
 }
 
 TEST_CASE("an image that is not a loadable shared object is an error, not a crash") {
