@@ -68,8 +68,11 @@ public:
     t.triple = llvm::sys::getProcessTriple();
     t.cpu = llvm::sys::getHostCPUName().str();
     std::vector<std::string> feats;
-    for (auto &f : llvm::sys::getHostCPUFeatures())
-      feats.push_back((f.second ? "+" : "-") + f.first().str());
+    for (auto &f : llvm::sys::getHostCPUFeatures()) {
+      std::string name = f.second ? "+" : "-"; // appended: "+" + string&& is a GCC 12 false -Wrestrict
+      name.append(f.first().data(), f.first().size());
+      feats.push_back(std::move(name));
+    }
     std::sort(feats.begin(), feats.end());
     for (const std::string &f : feats) {
       t.features += t.features.empty() ? "" : ",";

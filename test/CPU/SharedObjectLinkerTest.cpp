@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
@@ -115,10 +116,10 @@ TEST_CASE("the linker runs silent, with none of this process's descriptors, on t
   std::string seen(r->begin(), r->end());
   INFO(seen);
   CHECK(seen.starts_with("/dev/null\n/dev/null\n"));
-  CHECK(seen.find("\n" + std::to_string(fds[0]) + "\n") == std::string::npos);
-  CHECK(seen.find("\n" + std::to_string(fds[1]) + "\n") == std::string::npos);
+  CHECK(seen.find(fmt::format("\n{}\n", fds[0])) == std::string::npos);
+  CHECK(seen.find(fmt::format("\n{}\n", fds[1])) == std::string::npos);
   std::string out = detail::linkWorkFile(d.dir, 1), in = detail::linkWorkFile(d.dir, 0);
-  CHECK(seen.find("-shared -o " + out + " -z now -z relro --build-id=none --hash-style=gnu " + in + "\n") !=
+  CHECK(seen.find(fmt::format("-shared -o {} -z now -z relro --build-id=none --hash-style=gnu {}\n", out, in)) !=
         std::string::npos);
   CHECK(seen.ends_with(std::string(64, 'o')));
 }
