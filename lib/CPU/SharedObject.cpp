@@ -59,8 +59,8 @@ Error loadFailure(const std::string &why) {
 
 // One thread links the queued jobs, one at a time, each by the linker
 // program (SharedObjectLinker.cpp), and stores the image. The queue is
-// never destroyed: exit does not tear it down under the thread. Exit stops
-// it instead (stopForExit), before the cache's statics are destroyed.
+// never destroyed: exit does not tear it down under the thread, but stops
+// it (stopForExit).
 class LinkQueue;
 LinkQueue &linkQueue();
 
@@ -96,8 +96,9 @@ public:
           q.busy_ = q.started_ = false;
           q.linkerPid_ = 0; // the parent's linker, not this process's child
         });
-    // Registered after the cache's statics were made (a job exists only
-    // once the objects were stored), so this runs before they are gone.
+    // The statics a store uses are never destroyed (ObjectCache.cpp), so
+    // whichever exit handlers run before this one, the stores it lets
+    // finish find them.
     std::atexit([] { linkQueue().stopForExit(); });
   }
 
