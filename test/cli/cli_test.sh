@@ -159,6 +159,20 @@ if "$J" info --json | grep -q '"cpu_jit_enabled": true' && "$J" info | grep -q '
   rm -rf "$dir"
 fi
 
+# A linker that hangs: exit waits its grace (1 s), kills it and removes its files; nothing is left running.
+if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then
+  dir=$(mktemp -d)
+  printf '#!/bin/sh\nexec sleep 37.25\n' > "$dir/stuck-ld"; chmod +x "$dir/stuck-ld"
+  start=$(date +%s%N)
+  HSNN_LINKER="$dir/stuck-ld" HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR="$dir/cache" TMPDIR="$dir" timeout 20 "$J" bench --cache-hit-probe > /dev/null 2>&1
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  left=$(find "$dir" -name 'hsnn-link-*' | wc -l)
+  running=$(pgrep -f 'sleep 37.25' | wc -l)
+  if [ "$took" -lt 5000 ] && [ "$left" = 0 ] && [ "$running" = 0 ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL stuck linker at exit: ${took} ms, $left link directories left, $running linkers running"; pkill -f 'sleep 37.25'; fi
+  rm -rf "$dir"
+fi
+
 for sub in parse diff eval bench cache info compile; do
   out=$("$J" $sub --help 2>&1); code=$?
   if [ $code = 0 ] && [[ "$out" == usage:\ hsnn-jit\ $sub* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $sub --help"; fi
