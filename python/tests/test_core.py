@@ -115,6 +115,9 @@ def test_symbolic_helpers_and_runtime():
     assert hsnn.diff("sin(x)*alpha") == "alpha*cos(x)"  # the user's spelling of the variable
     info = hsnn.runtime_info()
     assert info["default_method"] in ("cpu_jit", "cpu_interp", "cuda")
+    # The program that links cached kernels into one shared object: an absolute path, or "" when none runs.
+    assert info["cache_linker"] == "" or info["cache_linker"].startswith("/")
+    assert info["cache_linker"] == "" or info["cpu_jit_enabled"]
     seen = []
     hsnn.set_warning_handler(seen.append)
     try:
