@@ -131,8 +131,10 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     info.objectBytes = image->size();
     info.loadMs = msSince(t0);
     info.cacheHit = info.linkedFromCache = true;
-    if (progress)
-      progress(countTapes(requests), countTapes(requests));
+    if (progress) {
+      size_t all = countTapes(requests);
+      progress(all, all);
+    }
     return *lib;
   };
   std::optional<CacheKey> linkedKey = hostLinkedKey(requests, options, per);
