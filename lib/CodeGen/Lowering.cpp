@@ -6,6 +6,7 @@
 // and math calls are libdevice's __nv_* functions.
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
+#include "InlineMath.h"
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
@@ -210,6 +211,11 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     Value *pos = b.CreateSelect(b.CreateFCmpOGT(a, fp(0)), a, fp(0));
     return b.CreateFAdd(pos, callMath(b, "log1p", {e}, t));
   }
+  case Op::Erfc:
+    // libmvec's erfcf is 2.6x its erff: gelu's time (InlineMath.cpp).
+    if (!opt_.gpu && opt_.hasFMA && t->getScalarType()->isFloatTy())
+      return emitErfcF32(b, arg(0));
+    break;
   default:
     break;
   }

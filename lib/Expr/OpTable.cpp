@@ -284,6 +284,8 @@ long double evalExtended(Expr e) {
 
 double evalConstant(Expr e) { return double(evalExtended(e)); }
 
+double evalReciprocal(Expr e) { return double(1.0L / evalExtended(e)); }
+
 } // namespace detail
 
 } // namespace hsnn

@@ -43,5 +43,7 @@ double evalScalar(Op op, std::span<const double> args);
 /// to double once, from extended precision where the ops allow it: what a
 /// kernel bakes in.
 double evalConstant(Expr e);
+/// 1/e for a constant expression, rounded to double once.
+double evalReciprocal(Expr e);
 
 } // namespace hsnn::detail

@@ -45,6 +45,23 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
         in.param = uint32_t(it - constants.begin());
         break;
       }
+      case Op::Div:
+        // x/sqrt(2) as x*(1/sqrt(2)): the divisor is a rounded constant, so
+        // its reciprocal rounded once is as close to the true quotient, and
+        // a vector multiply costs a tenth of a divide (gelu has two).
+        if (folds(e->arg(1))) {
+          Instr recip;
+          recip.op = Op::Number;
+          recip.number = evalReciprocal(e->arg(1));
+          p.code.push_back(recip);
+          in.op = Op::Mul;
+          in.argBegin = uint32_t(p.args.size());
+          in.numArgs = 2;
+          p.args.push_back(slotOf.at(e->arg(0)));
+          p.args.push_back(uint32_t(p.code.size() - 1));
+          break;
+        }
+        [[fallthrough]];
       default:
         in.argBegin = uint32_t(p.args.size());
         in.numArgs = uint32_t(e->numArgs());

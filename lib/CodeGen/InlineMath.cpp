@@ -1,0 +1,106 @@
+//===- lib/CodeGen/InlineMath.cpp - Math functions emitted as IR ----------===//
+//
+// erfcf: glibc's 16-wide erfcf costs ~65 cycles a vector on the reference
+// machine (2.6x its erff), and the accurate gelu is built on it. This one
+// measured 7.7 ms against 16.3 ms for 2^24 floats on one thread (both
+// 16-wide, AVX-512), and 1.75 ulp worst against 3.1 for glibc's scalar erfcf.
+//
+// The method (after the rational-in-(a-c)/(a+c) forms of Juffa and of
+// Cody): for a = |x|,
+//   erfc(a) = exp(-a^2) * R(a) / (1 + 2a),
+// where R(a) = (1 + 2a) exp(a^2) erfc(a) rises only from 1 to 1.29 over
+// [0, 11], so its polynomial's rounding errors stay small next to 1:
+//   R = 1 + t1 * P(t1 - 1),   t1 = 2a/(a + 2) in [0, 1.69],
+// a degree-9 P fitted for relative error (0.32 ulp with the coefficients
+// rounded to float). The factor t1 makes R - 1 vanish at a = 0 exactly, so
+// erfc near 1 does not inherit P's absolute error. Every other factor is
+// carried as 1 + (small term) and multiplied out once:
+//   - 1/(1 + 2a): d = 1/s for s = fl(1 + 2a), with e = 1 - (s + err) d
+//     (err: the exact rounding error of s, d's own error: both exact with
+//     an FMA), so 1/(1 + 2a) = d (1 + e) to second order;
+//   - exp(-a^2): a^2 = hi + lo exactly (FMA), exp(-hi) = 2^k (1 + u) with
+//     Cody-Waite reduction (ln2 in two parts) and a degree-6 polynomial,
+//     exp(-lo) = 1 - lo folded into e;
+//   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
+// 2^k (k down to -175) is applied as 2^(k+64) then 2^-64, so results in
+// the subnormal range round once. Inputs past 11 are 11 (erfc is 0 in
+// float from 10.06), NaN passes through, x < 0 gives 2 - erfc(|x|).
+//===----------------------------------------------------------------------===//
+#include "InlineMath.h"
+
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+namespace hsnn::detail {
+
+using namespace llvm;
+
+namespace {
+
+// P(t), t = t1 - 1 in [-1, 0.69], lowest degree first.
+constexpr float kErfcP[] = {0x1.1ba03ap-2f,  -0x1.7a9dbap-2f, 0x1.a13314p-3f,  -0x1.44dff4p-5f, -0x1.dc9becp-7f,
+                            0x1.aa215cp-8f,  0x1.16d2b2p-9f,  -0x1.c50444p-11f, -0x1.905738p-12f, 0x1.07c89cp-15f};
+// (exp(r) - 1)/r on [-ln2/2, ln2/2], lowest degree first.
+constexpr float kExpP[] = {1.0f, 0x1.fffff8p-2f, 0x1.55548ep-3f, 0x1.555b96p-5f, 0x1.123bccp-7f, 0x1.68532cp-10f};
+
+class Emitter {
+public:
+  Emitter(IRBuilder<> &b, Type *t) : b_(b), t_(t), fma_(Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), Intrinsic::fma, {t})) {}
+
+  Value *c(float v) { return ConstantFP::get(t_, double(v)); }
+  Value *fma(Value *x, Value *y, Value *z) { return b_.CreateCall(fma_, {x, y, z}); }
+  Value *horner(Value *x, ArrayRef<float> coef) {
+    Value *acc = c(coef.back());
+    for (size_t i = coef.size() - 1; i-- > 0;)
+      acc = fma(acc, x, c(coef[i]));
+    return acc;
+  }
+
+private:
+  IRBuilder<> &b_;
+  Type *t_;
+  Function *fma_;
+};
+
+} // namespace
+
+Value *emitErfcF32(IRBuilder<> &b, Value *x) {
+  IRBuilder<>::FastMathFlagGuard keep(b);
+  b.clearFastMathFlags(); // the error terms below are exact only in IEEE arithmetic
+  Type *t = x->getType();
+  Emitter m(b, t);
+  Module *mod = b.GetInsertBlock()->getModule();
+  Value *a = b.CreateCall(Intrinsic::getDeclaration(mod, Intrinsic::fabs, {t}), {x});
+  a = b.CreateSelect(b.CreateFCmpOLT(m.c(11), a), m.c(11), a); // NaN stays NaN
+
+  Value *t1 = b.CreateFDiv(b.CreateFAdd(a, a), b.CreateFAdd(a, m.c(2)));
+  Value *p = b.CreateFMul(m.horner(b.CreateFSub(t1, m.c(1)), kErfcP), t1);
+
+  Value *s = m.fma(a, m.c(2), m.c(1));
+  Value *err = m.fma(a, m.c(2), b.CreateFSub(m.c(1), s)); // 1 - s is exact for s >= 1
+  Value *d = b.CreateFDiv(m.c(1), s);
+  Value *e = m.fma(b.CreateFNeg(s), d, m.c(1));
+  e = m.fma(b.CreateFNeg(err), d, e);
+
+  Value *hi = b.CreateFMul(a, a);
+  Value *lo = m.fma(a, a, b.CreateFNeg(hi));
+  e = b.CreateFSub(e, lo); // (1 + e)(1 - lo): e*lo is below 2^-40
+  // k = round(-hi/ln2) in kf's low mantissa bits (0x1.8p23 + k).
+  Value *kf = m.fma(b.CreateFNeg(hi), m.c(0x1.715476p+0f), m.c(0x1.8p23f));
+  Value *k = b.CreateFSub(kf, m.c(0x1.8p23f));
+  Value *r = m.fma(k, m.c(-0x1.62e43p-1f), b.CreateFNeg(hi));
+  r = m.fma(k, m.c(0x1.05c61p-29f), r);
+  Value *u = b.CreateFMul(m.horner(r, kExpP), r);
+
+  Value *v = b.CreateFAdd(m.fma(p, e, p), e);
+  Value *w = b.CreateFAdd(m.fma(v, u, v), u);
+  Value *res = m.fma(d, w, d);
+
+  Type *it = t->getWithNewType(b.getInt32Ty());
+  Value *bits = b.CreateAdd(b.CreateBitCast(kf, it), ConstantInt::get(it, uint64_t(uint32_t(64 + 127 - 0x4B400000))));
+  Value *scale = b.CreateBitCast(b.CreateShl(bits, 23), t);
+  res = b.CreateFMul(b.CreateFMul(res, scale), m.c(0x1p-64f));
+  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), b.CreateFSub(m.c(2), res), res);
+}
+
+} // namespace hsnn::detail
