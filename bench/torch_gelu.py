@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""PyTorch's F.gelu next to hsnn's W3, in one process, interleaved.
+
+W3 of `hsnn-jit bench` is gelu (the erf form) forward and backward over 2^24
+floats, nodes_major, on every core. This runs PyTorch's CPU kernels the same
+way (`aten.gelu.out` and `gelu_backward.grad_input` into preallocated
+outputs, so allocation is not timed) and hsnn's through the Python package,
+alternating, and prints the medians. Debian's python3-torch is 1.13.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_gelu.py [--rounds N]
+"""
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import hsnn
+
+
+def median_ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    n = 1 << 24
+    rng = np.random.default_rng(3)
+    z = rng.uniform(-4, 4, n).astype(np.float32)
+    err = rng.uniform(-1, 1, n).astype(np.float32)
+    tz, terr = torch.from_numpy(z), torch.from_numpy(err)
+    tout, tgrad = torch.empty_like(tz), torch.empty_like(tz)
+    layer = hsnn.ActivationLayer(["gelu"], dtype="f32", layout="nodes_major")
+    z2, err2, out2 = z.reshape(1, n), err.reshape(1, n), np.empty((1, n), np.float32)
+    # Same values: hsnn's accurate gelu and PyTorch's agree to float precision here.
+    layer.forward(z2, out=out2)
+    torch.ops.aten.gelu.out(tz, out=tout)
+    assert np.allclose(out2[0], tout.numpy(), rtol=1e-5, atol=1e-6)
+    print(f"2^24 floats, {threads} threads, torch {torch.__version__}, medians of {args.reps} (ms)")
+    print("round  torch fwd  hsnn fwd  torch bwd  hsnn bwd")
+    for r in range(args.rounds):
+        tf = median_ms(lambda: torch.ops.aten.gelu.out(tz, out=tout), args.reps)
+        hf = median_ms(lambda: layer.forward(z2, out=out2), args.reps)
+        tb = median_ms(lambda: torch.ops.aten.gelu_backward.grad_input(terr, tz, grad_input=tgrad), args.reps)
+        hb = median_ms(lambda: layer.backward(z2, err2, out=out2), args.reps)
+        print(f"{r:5d}  {tf:9.2f}  {hf:8.2f}  {tb:9.2f}  {hb:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
