@@ -137,11 +137,13 @@ private:
   }
 
   void link(const Job &job) {
-    const char *tmp = std::getenv("TMPDIR");
-    std::string dir = fmt::format("{}/hsnn-link-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    // Once a process, on this thread: what killed processes left behind.
+    static std::once_flag sweep;
+    std::call_once(sweep, [] { removeStaleLinkWorkDirs(); });
+    std::string dir;
     {
       std::lock_guard lock(exitMutex_);
-      if (exiting_ || !::mkdtemp(dir.data()))
+      if (exiting_ || (dir = makeLinkWorkDir()).empty())
         return;
       linkerPid_ = 0;
     }

@@ -13,6 +13,7 @@
 #include "Cache/ObjectCache.h"
 #include "HostJIT.h"
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -61,6 +62,14 @@ const std::string &linkerProgram();
 /// through `poll` (pollLinker when empty).
 Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir,
                                              const std::string &program, const LinkerPoll &poll = {});
+/// A fresh work directory for one link, "TMPDIR/hsnn-link-PID-XXXXXX"
+/// (/tmp without TMPDIR), or "" when none can be made.
+std::string makeLinkWorkDir();
+/// Removes the work directories in the temporary directory that processes
+/// which no longer exist left there (killed, or ended by _exit, mid-link):
+/// only this user's, only past `minAge` (a link is killed at 30 s).
+/// Returns how many it removed.
+size_t removeStaleLinkWorkDirs(std::chrono::seconds minAge = std::chrono::minutes(10));
 /// The i-th input object's file in `workDir`; i = the number of inputs is
 /// the output.
 inline std::string linkWorkFile(const std::string &workDir, size_t i) { return workDir + "/k" + std::to_string(i) + ".o"; }

@@ -19,10 +19,12 @@
 #include <csignal>
 #include <cstdlib>
 #include <fcntl.h>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -58,6 +60,55 @@ const std::string &linkerProgram() {
 bool canLinkSharedObjects() {
   static const bool usable = !linkerProgram().empty() && ::access(linkerProgram().c_str(), X_OK) == 0;
   return usable;
+}
+
+namespace {
+std::string tempDir() {
+  const char *tmp = std::getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
+}
+constexpr std::string_view kWorkDirPrefix = "hsnn-link-";
+} // namespace
+
+std::string makeLinkWorkDir() {
+  // The pid in the name lets a later process tell a dead link's directory.
+  std::string dir = fmt::format("{}/{}{}-XXXXXX", tempDir(), kWorkDirPrefix, ::getpid());
+  return ::mkdtemp(dir.data()) ? dir : std::string();
+}
+
+size_t removeStaleLinkWorkDirs(std::chrono::seconds minAge) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  size_t removed = 0;
+  const auto now = std::chrono::system_clock::now();
+  for (const fs::directory_entry &entry : fs::directory_iterator(tempDir(), ec)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with(kWorkDirPrefix))
+      continue;
+    // hsnn-link-PID-XXXXXX: a pid that no longer exists here, a directory of
+    // ours (not a link), old enough that no live link can be using it.
+    char *end = nullptr;
+    long pid = std::strtol(name.c_str() + kWorkDirPrefix.size(), &end, 10);
+    struct stat st;
+    if (pid <= 0 || *end != '-' || pid == ::getpid() || ::lstat(entry.path().c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+      continue;
+    if (now - std::chrono::system_clock::from_time_t(st.st_mtime) < minAge)
+      continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
+      continue;
+    // Only the files a link writes (linkWorkFile: k0.o, k1.o, ...), then the
+    // directory, which is left in place if anything else is in it.
+    for (const fs::directory_entry &f : fs::directory_iterator(entry.path(), ec)) {
+      std::string file = f.path().filename().string();
+      if (file.size() > 3 && file[0] == 'k' && file.ends_with(".o") &&
+          file.find_first_not_of("0123456789", 1) == file.size() - 2 && f.is_regular_file(ec))
+        fs::remove(f.path(), ec);
+    }
+    if (fs::remove(entry.path(), ec))
+      ++removed;
+  }
+  return removed;
 }
 
 std::optional<int> pollLinker(pid_t pid, bool stop) {

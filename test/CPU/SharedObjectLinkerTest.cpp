@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <fmt/format.h>
@@ -122,4 +123,46 @@ TEST_CASE("the linker runs silent, with none of this process's descriptors, on t
   CHECK(seen.find(fmt::format("-shared -o {} -z now -z relro --build-id=none --hash-style=gnu {}\n", out, in)) !=
         std::string::npos);
   CHECK(seen.ends_with(std::string(64, 'o')));
+}
+
+TEST_CASE("work directories of dead links are removed, and only those") {
+  LinkDir tmp;
+  const char *old = std::getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.dir.c_str(), 1);
+  // A pid that no longer exists: a child that has exited and been reaped.
+  pid_t child = ::fork();
+  if (child == 0)
+    ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);
+  auto make = [&](const std::string &name, std::initializer_list<const char *> files, bool aged) {
+    std::string d = tmp.dir + "/" + name;
+    fs::create_directory(d);
+    for (const char *f : files)
+      std::ofstream(d + "/" + f) << "x";
+    if (aged)
+      fs::last_write_time(d, fs::file_time_type::clock::now() - std::chrono::hours(1));
+    return d;
+  };
+  std::string dead = make(fmt::format("hsnn-link-{}-aaaaaa", child), {"k0.o", "k1.o", "k2.o"}, true);
+  std::string young = make(fmt::format("hsnn-link-{}-bbbbbb", child), {"k0.o"}, false);
+  std::string mine = make(fmt::format("hsnn-link-{}-cccccc", ::getpid()), {"k0.o"}, true);
+  std::string foreign = make(fmt::format("hsnn-link-{}-dddddd", child), {"k0.o", "notes.txt"}, true);
+  std::string other = make("hsnn-linker-elsewhere", {"k0.o"}, true);
+
+  CHECK(detail::removeStaleLinkWorkDirs(std::chrono::minutes(10)) == 1);
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(young + "/k0.o"));   // a link may still be writing it
+  CHECK(fs::exists(mine + "/k0.o"));    // this process is alive
+  CHECK(fs::exists(foreign + "/notes.txt")); // not a link's file: the directory stays
+  CHECK(fs::exists(other + "/k0.o"));   // not a work directory's name
+
+  std::string fresh = detail::makeLinkWorkDir();
+  CHECK(fresh.starts_with(fmt::format("{}/hsnn-link-{}-", tmp.dir, ::getpid())));
+  CHECK(fs::is_directory(fresh));
+  if (saved.empty())
+    ::unsetenv("TMPDIR");
+  else
+    ::setenv("TMPDIR", saved.c_str(), 1);
 }
