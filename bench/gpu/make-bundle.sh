@@ -6,7 +6,8 @@
 # carry. On the GPU machine: bash gpu-bundle/run.sh OUTDIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DHSNN_LLVM_STATIC=ON >/dev/null
+# Tests on explicitly: a build-static configured for the CLI alone has them off.
+cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DHSNN_LLVM_STATIC=ON -DHSNN_BUILD_TESTS=ON >/dev/null
 cmake --build build-static --target hsnn-jit CUDATests
 rm -rf gpu-bundle
 mkdir -p gpu-bundle
