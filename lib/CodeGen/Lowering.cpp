@@ -240,6 +240,8 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   }
   // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
+  if (base == "exp" && !opt_.gpu && opt_.hasFMA && et->isFloatTy())
+    return emitExpF32(b, args[0]); // no call: the loop's vectors stay in registers (InlineMath.cpp)
   std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");
   auto *vt = dyn_cast<FixedVectorType>(t);
   if (!vt)
