@@ -236,9 +236,12 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     inAt.push_back(pick(directIn[a], buffers[a]));
   for (unsigned k = 0; k < outputs; ++k)
     outAt.push_back(pick(directOut[k], buffers[inputs + k]));
-  // Slot s, lane l is the block's element l*P + s.
+  // Slot s, lane l is the block's element l*P + s. A backward kernel's err
+  // is not shuffled: f'(z) is, back into element order, and multiplied
+  // there (the same product per element, a third fewer permutes).
+  const bool backward = r.kind == KernelKind::Backward;
   std::vector<std::vector<Value *>> in(inputs);
-  for (unsigned a = 0; a < inputs; ++a) {
+  for (unsigned a = 0; a < (backward ? 1 : inputs); ++a) {
     std::vector<Value *> loaded(P);
     for (unsigned v = 0; v < P; ++v)
       loaded[v] = b.CreateAlignedLoad(vt, vectorIn(inAt[a], v), align);
@@ -255,18 +258,23 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
       return b.CreateAlignedLoad(vt, b.CreateInBoundsGEP(et, table, at), align);
     });
     ElementIO io{fn, nullptr, vt, 0};
-    for (unsigned a = 0; a < inputs; ++a)
-      io.preloaded[a] = in[a][s];
+    for (unsigned a = 0; a < in.size(); ++a)
+      io.preloaded[a] = in[a].empty() ? nullptr : in[a][s];
     io.store = [&](Value *v, unsigned arg) { outs[arg - 2].push_back(v); };
-    llvm::Expected<Value *> done = lowering.element(b, r.kind, *r.rowSlots[s], slot, io, nullptr);
+    // A backward tape's output is f'(z): stored as a forward kernel would.
+    KernelKind kind = backward ? KernelKind::Forward : r.kind;
+    llvm::Expected<Value *> done = lowering.element(b, kind, *r.rowSlots[s], slot, io, nullptr);
     if (!done)
       return done.takeError();
   }
   // Stored vector v, lane l is element e = v*lanes + l: slot e % P, lane e / P.
   for (unsigned k = 0; k < outputs; ++k) {
     std::vector<Value *> x = interleave(b, std::move(outs[k]), lanes);
-    for (unsigned v = 0; v < P; ++v)
+    for (unsigned v = 0; v < P; ++v) {
+      if (backward) // err * f'(z), as ElementLowering::element multiplies
+        x[v] = b.CreateFMul(b.CreateAlignedLoad(vt, vectorIn(inAt[1], v), align), x[v]);
       b.CreateAlignedStore(x[v], vectorIn(outAt[k], v), align);
+    }
   }
   b.CreateCondBr(full, latch, tailOut);
 
