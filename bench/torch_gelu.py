@@ -11,23 +11,12 @@ alternating, and prints the medians. Debian's python3-torch is 1.13.
 """
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
 import torch
 
 import hsnn
-
-
-def median_ms(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+from hsnn.bench import _median_ms as median_ms  # warm-up call, then the median
 
 
 def main():
