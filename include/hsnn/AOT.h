@@ -39,9 +39,11 @@ enum class AotOutput { Object, Assembly, LLVMIR };
 
 struct AotOptions {
   AotOutput output = AotOutput::Object;
-  std::string triple;   ///< Default: the host's.
-  std::string cpu;      ///< Default: the host CPU for the host triple, else "generic".
-  std::string features; ///< Extra target features, e.g. "+avx2".
+  // {} on the members without a value: a designated initializer that leaves
+  // them out ({.triple = ...}) is then not a -Wmissing-field-initializers.
+  std::string triple{};   ///< Default: the host's.
+  std::string cpu{};      ///< Default: the host CPU for the host triple, else "generic".
+  std::string features{}; ///< Extra target features, e.g. "+avx2".
   int optLevel = 3;
   bool bakeConstants = false;
   /// Losses: the reduction of the header's NAME_loss and NAME_loss_gradient
@@ -50,7 +52,7 @@ struct AotOptions {
   /// Told as machine code is generated, in functions (done, total): a layer
   /// of thousands of distinct formulas takes seconds. Called on the
   /// compiling thread.
-  std::function<void(size_t done, size_t total)> progress;
+  std::function<void(size_t done, size_t total)> progress{};
 };
 
 struct AotArtifact {

@@ -31,8 +31,8 @@ struct EmitOptions {
   /// Width of the CPU kernels' vectors in bits (512 with AVX-512, 256 with
   /// AVX, else 128): each loop iteration computes this many bits of elements.
   unsigned vectorBits = 128;
-  /// Whether the target fuses multiply-adds in hardware: erfc on floats is
-  /// then emitted inline (InlineMath.h), which needs exact FMAs and would
+  /// Whether the target fuses multiply-adds in hardware: f32 erfc and exp
+  /// are then emitted inline (InlineMath.h), which needs exact FMAs and would
   /// otherwise call a libm fma per operation.
   bool hasFMA = false;
   /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.

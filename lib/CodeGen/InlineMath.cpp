@@ -31,6 +31,8 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <utility>
+
 namespace hsnn::detail {
 
 using namespace llvm;
@@ -45,7 +47,8 @@ constexpr float kExpP[] = {1.0f, 0x1.fffff8p-2f, 0x1.55548ep-3f, 0x1.555b96p-5f,
 
 class Emitter {
 public:
-  Emitter(IRBuilder<> &b, Type *t) : b_(b), t_(t), fma_(Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), Intrinsic::fma, {t})) {}
+  Emitter(IRBuilder<> &b, Type *t)
+      : b_(b), t_(t), fma_(Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), Intrinsic::fma, {t})) {}
 
   Value *c(float v) { return ConstantFP::get(t_, double(v)); }
   Value *fma(Value *x, Value *y, Value *z) { return b_.CreateCall(fma_, {x, y, z}); }
@@ -54,6 +57,20 @@ public:
     for (size_t i = coef.size() - 1; i-- > 0;)
       acc = fma(acc, x, c(coef[i]));
     return acc;
+  }
+
+  /// Cody-Waite: x = k ln2 + r with |r| <= ln2/2, r exact for the |k| <= 175
+  /// that occur here (ln2's high part has 21 bits). Returns {kf, r}, where kf
+  /// holds k in its low mantissa bits (0x1.8p23 + k).
+  std::pair<Value *, Value *> reduceLn2(Value *x) {
+    Value *kf = fma(x, c(0x1.715476p+0f), c(0x1.8p23f));
+    Value *k = b_.CreateFSub(kf, c(0x1.8p23f));
+    Value *r = fma(k, c(-0x1.62e43p-1f), x);
+    return {kf, fma(k, c(0x1.05c61p-29f), r)};
+  }
+  /// kf's k as an integer vector.
+  Value *exponentOf(Value *kf, Type *it) {
+    return b_.CreateSub(b_.CreateBitCast(kf, it), ConstantInt::get(it, 0x4B400000));
   }
 
 private:
@@ -85,11 +102,7 @@ Value *emitErfcF32(IRBuilder<> &b, Value *x) {
   Value *hi = b.CreateFMul(a, a);
   Value *lo = m.fma(a, a, b.CreateFNeg(hi));
   e = b.CreateFSub(e, lo); // (1 + e)(1 - lo): e*lo is below 2^-40
-  // k = round(-hi/ln2) in kf's low mantissa bits (0x1.8p23 + k).
-  Value *kf = m.fma(b.CreateFNeg(hi), m.c(0x1.715476p+0f), m.c(0x1.8p23f));
-  Value *k = b.CreateFSub(kf, m.c(0x1.8p23f));
-  Value *r = m.fma(k, m.c(-0x1.62e43p-1f), b.CreateFNeg(hi));
-  r = m.fma(k, m.c(0x1.05c61p-29f), r);
+  auto [kf, r] = m.reduceLn2(b.CreateFNeg(hi));
   Value *u = b.CreateFMul(m.horner(r, kExpP), r);
 
   Value *v = b.CreateFAdd(m.fma(p, e, p), e);
@@ -97,8 +110,8 @@ Value *emitErfcF32(IRBuilder<> &b, Value *x) {
   Value *res = m.fma(d, w, d);
 
   Type *it = t->getWithNewType(b.getInt32Ty());
-  Value *bits = b.CreateAdd(b.CreateBitCast(kf, it), ConstantInt::get(it, uint64_t(uint32_t(64 + 127 - 0x4B400000))));
-  Value *scale = b.CreateBitCast(b.CreateShl(bits, 23), t);
+  Value *biased = b.CreateAdd(m.exponentOf(kf, it), ConstantInt::get(it, 64 + 127));
+  Value *scale = b.CreateBitCast(b.CreateShl(biased, 23), t);
   res = b.CreateFMul(b.CreateFMul(res, scale), m.c(0x1p-64f));
   return b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), b.CreateFSub(m.c(2), res), res);
 }
@@ -117,17 +130,13 @@ Value *emitExpF32(IRBuilder<> &b, Value *x) {
   Emitter m(b, t);
   x = b.CreateSelect(b.CreateFCmpOLT(x, m.c(-104)), m.c(-104), x);
   x = b.CreateSelect(b.CreateFCmpOGT(x, m.c(89)), m.c(89), x);
-  Value *kf = m.fma(x, m.c(0x1.715476p+0f), m.c(0x1.8p23f));
-  Value *k = b.CreateFSub(kf, m.c(0x1.8p23f));
-  Value *r = m.fma(k, m.c(-0x1.62e43p-1f), x);
-  r = m.fma(k, m.c(0x1.05c61p-29f), r);
+  auto [kf, r] = m.reduceLn2(x);
   Value *p = m.fma(m.horner(r, kExpP), r, m.c(1));
 
   Type *it = t->getWithNewType(b.getInt32Ty());
-  auto i32 = [&](int v) { return ConstantInt::get(it, uint64_t(uint32_t(v)), true); };
-  Value *ki = b.CreateSub(b.CreateBitCast(kf, it), i32(0x4B400000));
+  Value *ki = m.exponentOf(kf, it);
   Value *k1 = b.CreateAShr(ki, 1), *k2 = b.CreateSub(ki, k1);
-  auto pow2 = [&](Value *e) { return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, i32(127)), 23), t); };
+  auto pow2 = [&](Value *e) { return b.CreateBitCast(b.CreateShl(b.CreateAdd(e, ConstantInt::get(it, 127)), 23), t); };
   return b.CreateFMul(b.CreateFMul(p, pow2(k1)), pow2(k2));
 }
 

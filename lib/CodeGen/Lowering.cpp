@@ -211,11 +211,6 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     Value *pos = b.CreateSelect(b.CreateFCmpOGT(a, fp(0)), a, fp(0));
     return b.CreateFAdd(pos, callMath(b, "log1p", {e}, t));
   }
-  case Op::Erfc:
-    // libmvec's erfcf is 2.6x its erff: gelu's time (InlineMath.cpp).
-    if (!opt_.gpu && opt_.hasFMA && t->getScalarType()->isFloatTy())
-      return emitErfcF32(b, arg(0));
-    break;
   default:
     break;
   }
@@ -240,8 +235,10 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   }
   // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
-  if (base == "exp" && !opt_.gpu && opt_.hasFMA && et->isFloatTy())
-    return emitExpF32(b, args[0]); // no call: the loop's vectors stay in registers (InlineMath.cpp)
+  // f32 erfc and exp as IR (InlineMath.cpp): libmvec's erfcf is 2.6x its
+  // erff (gelu's time), and a call to expf spills the loop's vectors.
+  if (!opt_.gpu && opt_.hasFMA && et->isFloatTy() && (base == "erfc" || base == "exp"))
+    return base == "erfc" ? emitErfcF32(b, args[0]) : emitExpF32(b, args[0]);
   std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");
   auto *vt = dyn_cast<FixedVectorType>(t);
   if (!vt)
