@@ -81,7 +81,10 @@ size_t removeStaleLinkWorkDirs(std::chrono::seconds minAge) {
   std::error_code ec;
   size_t removed = 0;
   const auto now = std::chrono::system_clock::now();
-  for (const fs::directory_entry &entry : fs::directory_iterator(tempDir(), ec)) {
+  // increment(ec), not range-for: its operator++ throws, on a thread where
+  // an exception would end the process.
+  for (fs::directory_iterator it(tempDir(), ec), done; !ec && it != done; it.increment(ec)) {
+    const fs::directory_entry &entry = *it;
     std::string name = entry.path().filename().string();
     if (!name.starts_with(kWorkDirPrefix))
       continue;
@@ -99,13 +102,16 @@ size_t removeStaleLinkWorkDirs(std::chrono::seconds minAge) {
       continue;
     // Only the files a link writes (linkWorkFile: k0.o, k1.o, ...), then the
     // directory, which is left in place if anything else is in it.
-    for (const fs::directory_entry &f : fs::directory_iterator(entry.path(), ec)) {
-      std::string file = f.path().filename().string();
+    std::error_code inner;
+    for (fs::directory_iterator f(entry.path(), inner), last; !inner && f != last; f.increment(inner)) {
+      std::string file = f->path().filename().string();
+      std::error_code ignored;
       if (file.size() > 3 && file[0] == 'k' && file.ends_with(".o") &&
-          file.find_first_not_of("0123456789", 1) == file.size() - 2 && f.is_regular_file(ec))
-        fs::remove(f.path(), ec);
+          file.find_first_not_of("0123456789", 1) == file.size() - 2 && f->is_regular_file(ignored))
+        fs::remove(f->path(), ignored);
     }
-    if (fs::remove(entry.path(), ec))
+    std::error_code ignored;
+    if (fs::remove(entry.path(), ignored))
       ++removed;
   }
   return removed;

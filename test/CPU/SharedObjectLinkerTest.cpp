@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -134,11 +135,26 @@ TEST_CASE("the linker runs silent, with none of this process's descriptors, on t
   CHECK(seen.ends_with(std::string(64, 'o')));
 }
 
+// TMPDIR set for a test's length, restored however it ends.
+struct ScopedTmpDir {
+  std::optional<std::string> saved;
+  explicit ScopedTmpDir(const std::string &dir) {
+    if (const char *old = std::getenv("TMPDIR"))
+      saved = old;
+    ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpDir() {
+    if (saved)
+      ::setenv("TMPDIR", saved->c_str(), 1);
+    else
+      ::unsetenv("TMPDIR");
+  }
+};
+
 TEST_CASE("work directories of dead links are removed, and only those") {
+  NoBackgroundLinks quiet; // none of the cache's own links in this directory
   LinkDir tmp;
-  const char *old = std::getenv("TMPDIR");
-  std::string saved = old ? old : "";
-  ::setenv("TMPDIR", tmp.dir.c_str(), 1);
+  ScopedTmpDir scoped(tmp.dir);
   // A pid that no longer exists: a child that has exited and been reaped.
   pid_t child = ::fork();
   if (child == 0)
@@ -170,8 +186,4 @@ TEST_CASE("work directories of dead links are removed, and only those") {
   std::string fresh = detail::makeLinkWorkDir();
   CHECK(fresh.starts_with(fmt::format("{}/hsnn-link-{}-", tmp.dir, ::getpid())));
   CHECK(fs::is_directory(fresh));
-  if (saved.empty())
-    ::unsetenv("TMPDIR");
-  else
-    ::setenv("TMPDIR", saved.c_str(), 1);
 }
