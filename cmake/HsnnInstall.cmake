@@ -6,7 +6,7 @@ include(CMakePackageConfigHelpers)
 set(_hsnn_targets hsnn hsnn_llvm hsnn_fmt)
 if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
-  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend)
+  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend hsnn_blake3)
   if(HSNN_ENABLE_JIT)
     list(APPEND _hsnn_targets hsnnCodeGen hsnnCUDA)
   endif()

@@ -26,3 +26,23 @@ if(NOT HSNN_LINKER)
   set(HSNN_LINKER "")
 endif()
 message(STATUS "Linker for linked cache entries: ${HSNN_LINKER}")
+
+# BLAKE3, which the kernel cache hashes with, from LLVM's own build of it:
+# the C objects taken out of libLLVMSupport.a, so that code which hashes
+# links neither libLLVM.so (60 ms to load) nor the rest of LLVMSupport.
+get_target_property(_support LLVMSupport LOCATION)
+execute_process(COMMAND ${CMAKE_AR} t ${_support} OUTPUT_VARIABLE _members RESULT_VARIABLE _rc)
+string(REGEX MATCHALL "blake3[^\n]*\\.o" _blake3_members "${_members}")
+if(NOT _rc EQUAL 0 OR NOT _blake3_members)
+  message(FATAL_ERROR "no BLAKE3 objects in ${_support}")
+endif()
+set(_blake3_dir ${PROJECT_BINARY_DIR}/blake3)
+file(MAKE_DIRECTORY ${_blake3_dir})
+execute_process(COMMAND ${CMAKE_AR} x ${_support} ${_blake3_members} WORKING_DIRECTORY ${_blake3_dir} RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "cannot extract BLAKE3 from ${_support}")
+endif()
+list(TRANSFORM _blake3_members PREPEND ${_blake3_dir}/)
+add_library(hsnn_blake3 STATIC ${_blake3_members})
+set_target_properties(hsnn_blake3 PROPERTIES LINKER_LANGUAGE C)
+target_include_directories(hsnn_blake3 SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})

@@ -8,7 +8,7 @@
 #include "ObjectCache.h"
 
 
-#include <llvm/Support/BLAKE3.h>
+#include <llvm-c/blake3.h>
 
 #include <algorithm>
 #include <atomic>
@@ -51,9 +51,13 @@ std::atomic<uint64_t> gScans{0};
 const char *categoryDir(CacheCategory c) { return c == CacheCategory::Gpu ? "gpu" : "cpu"; }
 
 CacheKey hashBytes(const char *data, size_t size) {
-  llvm::BLAKE3 h;
-  h.update(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(data), size));
-  return h.final();
+  llvm_blake3_hasher h;
+  llvm_blake3_hasher_init(&h);
+  llvm_blake3_hasher_update(&h, data, size);
+  CacheKey key;
+  static_assert(sizeof(key) == LLVM_BLAKE3_OUT_LEN);
+  llvm_blake3_hasher_finalize(&h, key.data(), key.size());
+  return key;
 }
 
 template <class T> void put(std::vector<char> &out, const T &v) {

@@ -5,8 +5,7 @@
 #include "hsnn/AOT.h"
 #include "hsnn/Formula.h"
 
-#include <llvm/Support/JSON.h>
-#include <llvm/Support/MemoryBuffer.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -59,20 +58,39 @@ struct Spec {
 
 constexpr size_t kMaxRepeat = 1 << 20;
 
-std::optional<std::map<std::string, double>> readConstants(const llvm::json::Object *o, const std::string &where,
-                                                          std::string &err) {
+using Json = nlohmann::json;
+
+// The member `key` of an object, or null when there is none.
+const Json *member(const Json &o, const char *key) {
+  auto it = o.find(key);
+  return it == o.end() ? nullptr : &*it;
+}
+
+std::optional<std::map<std::string, double>> readConstants(const Json *o, const std::string &where, std::string &err) {
   std::map<std::string, double> out;
   if (!o)
     return out;
-  for (const auto &[k, v] : *o) {
-    auto d = v.getAsNumber();
-    if (!d) {
-      err = fmt::format("{}: constant '{}' must be a number", where, k.str());
+  for (const auto &[k, v] : o->items()) {
+    if (!v.is_number()) {
+      err = fmt::format("{}: constant '{}' must be a number", where, k);
       return std::nullopt;
     }
-    out[k.str()] = *d;
+    out[k] = v.get<double>();
   }
   return out;
+}
+
+// An integer, or a number with an integral value (1e3), else nothing.
+std::optional<int64_t> integerOf(const Json &v) {
+  if (v.is_number_integer())
+    return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? std::nullopt
+                                                                               : std::optional(v.get<int64_t>());
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d >= -9.2e18 && d <= 9.2e18 && d == double(int64_t(d)))
+      return int64_t(d);
+  }
+  return std::nullopt;
 }
 
 constexpr size_t kMaxSpecBytes = 16 << 20;
@@ -136,10 +154,10 @@ unsigned jsonNesting(std::string_view text) {
 
 // A key the spec format does not have is an error: "dtyp" would otherwise
 // silently give the default.
-std::optional<std::string> unknownKey(const llvm::json::Object &o, std::initializer_list<std::string_view> known,
+std::optional<std::string> unknownKey(const Json &o, std::initializer_list<std::string_view> known,
                                       const std::string &where) {
-  for (const auto &kv : o) {
-    std::string k = kv.first.str();
+  for (const auto &kv : o.items()) {
+    const std::string &k = kv.key();
     if (std::find(known.begin(), known.end(), k) == known.end()) {
       std::string list;
       for (std::string_view n : known)
@@ -157,21 +175,27 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     return std::get<1>(text);
   if (unsigned depth = jsonNesting(std::get<0>(text)); depth > kMaxSpecNesting)
     return fmt::format("{}: JSON nested {} levels deep; a spec nests at most {}", path, depth, kMaxSpecNesting);
-  auto json = llvm::json::parse(std::get<0>(text));
-  if (!json)
-    return fmt::format("{}: invalid JSON: {}", path, llvm::toString(json.takeError()));
-  const llvm::json::Object *o = json->getAsObject();
-  if (!o)
+  Json json;
+  try {
+    json = Json::parse(std::get<0>(text));
+  } catch (const Json::parse_error &e) {
+    // what() starts with the library's "[json.exception.parse_error.N] ".
+    std::string_view why = e.what();
+    if (size_t end = why.find("] "); why.starts_with("[json.exception") && end != why.npos)
+      why.remove_prefix(end + 2);
+    return fmt::format("{}: invalid JSON: {}", path, why);
+  }
+  if (!json.is_object())
     return fmt::format("{}: the spec must be a JSON object", path);
+  const Json *o = &json;
   Spec s;
   auto str = [&](const char *key, std::string fallback) -> std::optional<std::string> {
-    const llvm::json::Value *v = o->get(key);
+    const Json *v = member(*o, key);
     if (!v)
       return fallback;
-    auto st = v->getAsString();
-    if (!st)
+    if (!v->is_string())
       return std::nullopt;
-    return st->str();
+    return v->get<std::string>();
   };
   auto name = str("name", "");
   if (!name || name->empty())
@@ -201,35 +225,37 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     if (!f || f->empty())
       return fmt::format("{}: a loss needs \"formula\" (a string)", path);
     s.formula = *f;
-    if (o->get("constants") && !o->getObject("constants"))
+    const Json *constants = member(*o, "constants");
+    if (constants && !constants->is_object())
       return fmt::format("{}: \"constants\" must be an object of numbers", path);
-    auto c = readConstants(o->getObject("constants"), path, err);
+    auto c = readConstants(constants, path, err);
     if (!c)
       return err;
     s.constants = *c;
     return s;
   }
-  const llvm::json::Array *nodes = o->getArray("nodes");
-  if (!nodes || nodes->empty())
+  const Json *nodes = member(*o, "nodes");
+  if (!nodes || !nodes->is_array() || nodes->empty())
     return fmt::format("{}: an activation layer needs \"nodes\" (a non-empty array)", path);
   for (size_t i = 0; i < nodes->size(); ++i) {
     std::string where = fmt::format("{}: nodes[{}]", path, i);
-    const llvm::json::Object *n = (*nodes)[i].getAsObject();
-    if (!n)
+    const Json &n = (*nodes)[i];
+    if (!n.is_object())
       return where + ": each node must be an object";
-    if (auto e = unknownKey(*n, {"formula", "constants", "repeat"}, where))
+    if (auto e = unknownKey(n, {"formula", "constants", "repeat"}, where))
       return *e;
-    auto f = n->getString("formula");
-    if (!f)
+    const Json *f = member(n, "formula");
+    if (!f || !f->is_string())
       return where + ": \"formula\" (a string) is required";
-    if (n->get("constants") && !n->getObject("constants"))
+    const Json *constants = member(n, "constants");
+    if (constants && !constants->is_object())
       return where + ": \"constants\" must be an object of numbers";
-    auto c = readConstants(n->getObject("constants"), where, err);
+    auto c = readConstants(constants, where, err);
     if (!c)
       return err;
     int64_t repeat = 1;
-    if (const llvm::json::Value *r = n->get("repeat")) {
-      auto ri = r->getAsInteger();
+    if (const Json *r = member(n, "repeat")) {
+      auto ri = integerOf(*r);
       if (!ri || *ri < 1 || size_t(*ri) > kMaxRepeat)
         return fmt::format("{}: \"repeat\" must be an integer from 1 to {}", where, kMaxRepeat);
       repeat = *ri;
@@ -237,7 +263,7 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     if (s.nodes.size() + size_t(repeat) > kMaxRepeat)
       return fmt::format("{}: more than {} nodes in all", where, kMaxRepeat);
     for (int64_t k = 0; k < repeat; ++k)
-      s.nodes.push_back({f->str(), *c});
+      s.nodes.push_back({f->get<std::string>(), *c});
   }
   return s;
 }
