@@ -3,18 +3,21 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_hsnn_targets hsnn hsnn_llvm hsnn_fmt)
+set(_hsnn_targets hsnn hsnn_fmt)
 if(NOT HSNN_BUILD_SHARED)
   # A static libhsnn needs its component archives at link time.
-  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend hsnn_blake3)
-  if(HSNN_ENABLE_JIT)
-    list(APPEND _hsnn_targets hsnnCodeGen hsnnCUDA)
-  endif()
+  list(APPEND _hsnn_targets hsnnExpr hsnnProgram hsnnModel hsnnCache hsnnKernelSpec hsnnCPU hsnnCUDADriver hsnnCUDAEngine hsnnBackend hsnn_blake3
+       hsnnCodeGenLoader)
 endif()
 install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The code generator module, which libhsnn loads on the first compile from
+# LIBDIR/hsnn (CodeGenModule.h).
+if(HSNN_ENABLE_JIT)
+  install(TARGETS hsnnCodeGenModule LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/hsnn)
+endif()
 # An installed hsnn-jit finds a shared libhsnn next to it.
 set_target_properties(hsnn-jit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 install(TARGETS hsnn-jit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -42,8 +42,12 @@ class CMakeBuild(build_ext):
         built = glob.glob(os.path.join(build, "python", "hsnn", "_core*.so"))
         if not built:
             raise RuntimeError(f"the CMake build in {build} made no hsnn/_core module (is pybind11-dev installed?)")
-        os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
+        target = os.path.dirname(self.get_ext_fullpath(ext.name))
+        os.makedirs(target, exist_ok=True)
         shutil.copy(built[0], self.get_ext_fullpath(ext.name))
+        # The code generator module (LLVM), which _core loads from beside itself.
+        for module in glob.glob(os.path.join(build, "python", "hsnn", "libhsnn-codegen.so")):
+            shutil.copy(module, target)
 
 
 setup(

@@ -58,6 +58,10 @@ struct RuntimeInfo {
   /// The program that links a cpu_jit layer's cached objects into one
   /// shared object (HSNN_LINKER, else the build's); empty when none runs.
   std::string cacheLinker;
+  /// The code generator module (libhsnn-codegen.so: LLVM, loaded on the
+  /// first compile) in use; empty when it cannot be loaded (the reason is
+  /// cpuJitUnavailableReason).
+  std::string codeGenerator;
   Method defaultMethod = Method::CpuInterp;
 };
 

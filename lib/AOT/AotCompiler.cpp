@@ -1,32 +1,21 @@
-//===- lib/AOT/AotCompiler.cpp - Layers and losses to objects + headers ---===//
+//===- lib/AOT/AotCompiler.cpp - Ahead-of-time objects, PTX and headers ---===//
 //
-// Same front end, tapes, emitter and pipeline as the JIT; only the target
-// machine (any triple/CPU LLVM knows) and the C entry points differ.
+// The front end (model, requests, entry points, C header) is here; the
+// object is made by the code generator module (AotCodeGen.cpp).
+//
 //===----------------------------------------------------------------------===//
 #include "hsnn/AOT.h"
 
-#include "CUDA/PTXCompiler.h"
-#include "CodeGen/Pipeline.h"
+#include "CodeGenModule/CodeGenModule.h"
 #include "Model/CompiledModel.h"
 #include "Model/KernelRequests.h"
 #include "Runtime/Warn.h"
 
 #include "hsnn/Runtime.h"
 
-#include <llvm/ADT/StringMap.h>
-#include <llvm/MC/MCSubtargetInfo.h>
-#include <llvm/MC/TargetRegistry.h>
-#include <llvm/Support/DynamicLibrary.h>
-#include <llvm/Support/Error.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Target/TargetMachine.h>
-#include <llvm/TargetParser/Host.h>
-
 #include <fmt/format.h>
 #include <cctype>
-#include <deque>
 #include <map>
-#include <mutex>
 
 namespace hsnn {
 namespace {
@@ -43,78 +32,6 @@ bool isCIdentifier(const std::string &s) {
   return true;
 }
 
-struct Target {
-  std::unique_ptr<llvm::TargetMachine> tm;
-  detail::EmitOptions emit;
-};
-
-Expected<Target> makeTarget(const AotOptions &o) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-#if HSNN_AOT_ALL_TARGETS
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-#else
-    // A statically linked build carries the host's backend only.
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-#endif
-  });
-  std::string host = llvm::sys::getDefaultTargetTriple();
-  std::string triple = o.triple.empty() ? host : o.triple;
-  // Kernels use 64-bit indices, doubles and libm: LLVM's other backends
-  // (bpf, amdgcn, 32-bit ones) stop the process with a fatal error on them,
-  // so only the targets the emitter is made for get further. Checked before
-  // the registry, which in a static build holds the host's backend only.
-  llvm::Triple::ArchType arch = llvm::Triple(triple).getArch();
-  if (arch != llvm::Triple::UnknownArch && arch != llvm::Triple::x86_64 && arch != llvm::Triple::aarch64)
-    return Error(ErrorCode::Unsupported,
-                 fmt::format("target '{}' is not supported for CPU kernels: use an x86_64 or aarch64 triple (GPU "
-                             "kernels: --emit ptx)",
-                             triple));
-  std::string err;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
-  if (!target)
-    return Error(ErrorCode::InvalidArgument, fmt::format("unknown target '{}': {}", triple, err));
-  bool native = llvm::Triple(triple).getArch() == llvm::Triple(host).getArch() && o.cpu.empty();
-  std::string cpu = !o.cpu.empty() ? o.cpu : native ? llvm::sys::getHostCPUName().str() : "generic";
-  std::string features = o.features;
-  if (native)
-    for (auto &f : llvm::sys::getHostCPUFeatures())
-      if (f.second)
-        features += (features.empty() ? "+" : ",+") + f.first().str();
-  std::unique_ptr<llvm::MCSubtargetInfo> sti(target->createMCSubtargetInfo(triple, cpu, features));
-  if (!sti || (!o.cpu.empty() && !sti->isCPUStringValid(cpu)))
-    return Error(ErrorCode::InvalidArgument, fmt::format("CPU '{}' is not known for target {}", cpu, triple));
-  if (arch == llvm::Triple::x86_64 && !sti->checkFeatures("+64bit"))
-    return Error(ErrorCode::InvalidArgument,
-                 fmt::format("CPU '{}' has no 64-bit mode, which x86_64 code needs (try x86-64 or x86-64-v3)", cpu));
-  llvm::TargetOptions to;
-  Target t;
-  t.tm.reset(target->createTargetMachine(triple, cpu, features, to, llvm::Reloc::PIC_));
-  if (!t.tm)
-    return Error(ErrorCode::Unsupported, fmt::format("cannot create a target machine for {}", triple));
-
-  // libmvec's x86-64 vector variants, for the ISAs this CPU has; their
-  // presence is checked in this machine's libmvec (the program links it).
-  llvm::Triple tt(triple);
-  auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
-  t.emit.hasFMA = tt.getArch() == llvm::Triple::aarch64 || (tt.getArch() == llvm::Triple::x86_64 && has("fma"));
-  if (tt.getArch() == llvm::Triple::x86_64)
-    t.emit.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
-  if (tt.getArch() == llvm::Triple::x86_64 && tt.isOSLinux()) {
-    std::string e;
-    auto lib = llvm::sys::DynamicLibrary::getPermanentLibrary("libmvec.so.1", &e);
-    if (lib.isValid()) {
-      t.emit.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
-      t.emit.hasVectorVariant = [lib](const std::string &name) mutable { return lib.getAddressOfSymbol(name.c_str()) != nullptr; };
-    }
-  }
-  return t;
-}
-
 const char *cType(DType d) { return d == DType::F32 ? "float" : "double"; }
 
 // Wraps declarations in include guards and extern "C".
@@ -129,17 +46,6 @@ std::string upperCase(const std::string &s) {
   for (char c : s)
     u += char(std::toupper(static_cast<unsigned char>(c)));
   return u;
-}
-
-detail::PipelineOptions pipelineOptions(const Target &target, const AotOptions &options) {
-  detail::PipelineOptions po;
-  po.optLevel = options.optLevel;
-  po.progress = options.progress;
-  po.emit = target.emit;
-  po.output = options.output == AotOutput::Object     ? detail::OutputKind::Object
-              : options.output == AotOutput::Assembly ? detail::OutputKind::Assembly
-                                                      : detail::OutputKind::LLVMIR;
-  return po;
 }
 
 // The same model compile() builds; its warnings go through the warning handler.
@@ -170,20 +76,9 @@ std::string formatParams(const std::vector<double> &p) {
   return s;
 }
 
-} // namespace
-
-Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
-                                      Layout layout, const AotOptions &options) {
-  if (!isCIdentifier(name))
-    return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
-  auto compiled = buildModel(nodes, {.dtype = dtype, .layout = layout, .bakeConstants = options.bakeConstants});
-  if (!compiled)
-    return compiled.takeError();
-  const detail::CompiledModel &model = **compiled;
-  auto target = makeTarget(options);
-  if (!target)
-    return target.takeError();
-
+// The kernels and entry points of a layer's object.
+detail::AotCode layerCode(const std::string &name, const detail::CompiledModel &model, DType dtype, Layout layout,
+                          unsigned vectorBits) {
   // One kernel set per formula (or per formula and constants when baked).
   std::vector<KernelRequest> requests;
   detail::LayerEntryPoints entry;
@@ -209,7 +104,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
   for (uint32_t unit : model.unitOf)
     entry.constantKernel.push_back(symbol(unit, KernelKind::ConstantGradient));
   // Batch-major layers with a pattern: row kernels for the whole-layer entry points.
-  size_t lanes = target->emit.vectorBits / (dtype == DType::F32 ? 32 : 64);
+  size_t lanes = vectorBits / (dtype == DType::F32 ? 32 : 64);
   if (auto plan = layout == Layout::BatchMajor ? detail::planRowSegments(model.unitOf, lanes) : std::nullopt) {
     for (const detail::RowSegment &seg : *plan)
       entry.rowSegments.push_back({seg.first, seg.periods, seg.slots.size(), {}, {}});
@@ -223,9 +118,32 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
       requests.insert(requests.end(), set.requests.begin(), set.requests.end());
     }
   }
-  detail::PipelineOptions po = pipelineOptions(*target, options);
-  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr,
-                                       [&](llvm::Module &m) { return detail::emitLayerEntryPoints(m, entry); });
+  return detail::AotCode{std::move(requests), std::move(entry), {}, {}};
+}
+
+} // namespace
+
+Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
+                                      Layout layout, const AotOptions &options) {
+  if (!isCIdentifier(name))
+    return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
+  auto compiled = buildModel(nodes, {.dtype = dtype, .layout = layout, .bakeConstants = options.bakeConstants});
+  if (!compiled)
+    return compiled.takeError();
+  const detail::CompiledModel &model = **compiled;
+  auto module = detail::codeGenModule();
+  if (!module)
+    return module.error();
+
+  // Row kernels are planned for the target's vectors, which the module
+  // knows once it has checked the target.
+  bool rowKernels = false;
+  auto build = [&](unsigned vectorBits) -> Expected<detail::AotCode> {
+    detail::AotCode code = layerCode(name, model, dtype, layout, vectorBits);
+    rowKernels = !code.layer->rowSegments.empty();
+    return code;
+  };
+  auto bytes = (*module)->compileAot(options, build);
   if (!bytes)
     return bytes.takeError();
 
@@ -238,7 +156,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
       "{rows}"
       " * params: {name}_default_params or a copy with changed values; node n's constants start at\n"
       " * {name}_param_offsets[n], in this order:\n",
-      fmt::arg("rows", entry.rowSegments.empty()
+      fmt::arg("rows", !rowKernels
                            ? ""
                            : " * Formulas that repeat a pattern across the nodes run through row kernels: each call\n"
                              " * mallocs a table of their constants (and goes node by node if that fails).\n"),
@@ -278,17 +196,16 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
   if (!compiled)
     return compiled.takeError();
   const detail::CompiledModel &model = **compiled;
-  auto target = makeTarget(options);
-  if (!target)
-    return target.takeError();
+  auto module = detail::codeGenModule();
+  if (!module)
+    return module.error();
   std::vector<KernelRequest> requests;
   for (KernelKind k : detail::kLossKinds)
     requests.push_back({fmt::format("{}_{}", name, detail::kindInfo(k).cName), model.units[0].programs[size_t(k)], k, dtype});
   requests.push_back({name + "_constant_gradient", model.units[0].programs[size_t(KernelKind::LossConstantGradient)],
                       KernelKind::LossConstantGradient, dtype});
-  detail::PipelineOptions po = pipelineOptions(*target, options);
-  auto bytes = detail::compileRequests(*target->tm, requests, po, nullptr, [&](llvm::Module &m) {
-    return detail::emitDefaultParams(m, name, model.defaultParams);
+  auto bytes = (*module)->compileAot(options, [&](unsigned) -> Expected<detail::AotCode> {
+    return detail::AotCode{std::move(requests), std::nullopt, name, model.defaultParams};
   });
   if (!bytes)
     return bytes.takeError();

@@ -8,6 +8,7 @@
 #include "HostJIT.h"
 
 #include "CodeGen/Pipeline.h"
+#include "CodeGenModule/ModuleParts.h"
 #include "Program/Stopwatch.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -211,11 +212,7 @@ private:
 
 } // namespace
 
-// create() cannot fail: the native target is linked in.
-bool HostJIT::available() { return true; }
-const char *HostJIT::llvmVersion() { return LLVM_VERSION_STRING; }
-
-Expected<HostJIT *> HostJIT::get() {
+Expected<HostJIT *> moduleHostJit() {
   // Never destroyed: kernels of layers held in globals are released at
   // exit, after function-local statics are gone, and need the JIT then.
   static std::once_flag once;

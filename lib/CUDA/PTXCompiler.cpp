@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "PTXCompiler.h"
 
+#include "CodeGenModule/ModuleParts.h"
+
 #include "Program/Stopwatch.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -41,12 +43,6 @@ namespace {
 constexpr const char *kTriple = "nvptx64-nvidia-cuda";
 } // namespace
 
-std::string libdevicePath() {
-  if (const char *p = std::getenv("HSNN_LIBDEVICE"); p && *p)
-    return p;
-  return HSNN_LIBDEVICE_DEFAULT;
-}
-
 namespace {
 const llvm::Target *nvptxTarget(std::string &err) {
   static std::once_flag once;
@@ -60,7 +56,7 @@ const llvm::Target *nvptxTarget(std::string &err) {
 }
 } // namespace
 
-Expected<std::string> ptxArchFor(int ccMajor, int ccMinor) {
+Expected<std::string> nvptxArchFor(int ccMajor, int ccMinor) {
   std::string err;
   const llvm::Target *target = nvptxTarget(err);
   if (!target)
@@ -80,25 +76,7 @@ Expected<std::string> ptxArchFor(int ccMajor, int ccMinor) {
   return fmt::format("sm_{}", best);
 }
 
-std::string ptxGeneratorId() {
-  std::string path = libdevicePath();
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  return fmt::format("llvm-{} libdevice {} {} {}", LLVM_VERSION_STRING, path, ec ? 0 : size, ec ? 0 : time);
-}
-
-int ptxIsaVersion(std::string_view ptx) {
-  size_t at = ptx.find(".version ");
-  if (at == std::string_view::npos)
-    return 0;
-  int major = 0, minor = 0;
-  if (std::sscanf(std::string(ptx.substr(at + 9, 8)).c_str(), "%d.%d", &major, &minor) != 2)
-    return 0;
-  return major * 10 + minor;
-}
-
-Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats) {
+Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats) {
   std::string err;
   const llvm::Target *target = nvptxTarget(err);
   if (!target)
@@ -139,7 +117,7 @@ Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &op
   for (llvm::Function &f : *module)
     needsLibdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
   if (needsLibdevice) {
-    std::string path = libdevicePath();
+    const std::string &path = options.libdevice;
     if (!std::filesystem::exists(path))
       return Error(ErrorCode::Unsupported,
                    fmt::format("libdevice not found at {} (set HSNN_LIBDEVICE to libdevice.10.bc)", path));

@@ -1,4 +1,9 @@
 //===- lib/CUDA/PTXCompiler.h - Kernels to PTX through NVPTX ----*- C++ -*-===//
+//
+// LLVM-free: compilePtx and ptxArchFor run in the code generator module
+// (CodeGenModule.h), the rest here.
+//
+//===----------------------------------------------------------------------===//
 #pragma once
 
 #include "CodeGen/Pipeline.h"
@@ -11,6 +16,7 @@ struct PtxOptions {
   std::string arch = "sm_80"; ///< sm_XY
   int optLevel = 3;
   bool fastMath = false;      ///< Also flushes denormals (libdevice __CUDA_FTZ).
+  std::string libdevice{};    ///< Empty: libdevicePath().
 };
 
 /// The libdevice bitcode: $HSNN_LIBDEVICE, else the one found at configure

@@ -3,6 +3,7 @@
 
 #include "CPU/HostJIT.h"
 #include "CPU/SharedObject.h"
+#include "CodeGenModule/CodeGenModule.h"
 #include "CUDA/Driver.h"
 #include "Cache/ObjectCache.h"
 #include "RunGuard.h"
@@ -140,6 +141,7 @@ const RuntimeInfo &runtimeInfo() {
       i.cpuJitUnavailableReason = jit.error().message();
       i.cpuCapability = "DEFAULT";
     }
+    i.codeGenerator = detail::codeGenModulePath();
     if (i.cpuJitEnabled && detail::canLinkSharedObjects())
       i.cacheLinker = detail::linkerProgram();
     i.defaultMethod = i.gpuEnabled ? Method::Cuda : i.cpuJitEnabled ? Method::CpuJit : Method::CpuInterp;

@@ -552,6 +552,7 @@ PYBIND11_MODULE(_core, m) {
     d["cpu_name"] = i.cpuName;
     d["cpu_capability"] = i.cpuCapability;
     d["cache_linker"] = i.cacheLinker;
+    d["code_generator"] = i.codeGenerator;
     d["default_method"] = std::string(to_string(i.defaultMethod));
     return d;
   });

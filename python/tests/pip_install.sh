@@ -14,5 +14,8 @@ import numpy as np, hsnn
 assert hsnn.__file__.startswith(__import__("sys").prefix), hsnn.__file__
 layer = hsnn.ActivationLayer(["gelu", "relu"])
 a = layer.forward(np.ones((2, 3), np.float32))
+info = hsnn.runtime_info()
+# The wheel's own code generator, not the build tree's.
+assert info["code_generator"].startswith(__import__("sys").prefix), info["code_generator"]
 print("pip-installed hsnn", hsnn.__version__, "ok:", a[0, 0])
 PY

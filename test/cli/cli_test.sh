@@ -162,6 +162,19 @@ fi
 # A linker that hangs: exit waits its grace (1 s), kills it and removes its files; nothing is left running.
 if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then
   dir=$(mktemp -d)
+  # The code generator module (LLVM) missing or not one: compiling says so,
+  # info reports cpu_jit unavailable, the interpreter still evaluates.
+  printf '%s' '{"name": "m", "nodes": [{"formula": "gelu"}]}' > "$dir/good.json"
+  printf '%s' '{"name": "hub", "mode": "loss", "formula": "huber"}' > "$dir/loss.json"
+  HSNN_CODEGEN_MODULE=/nonexistent/libhsnn-codegen.so expect codegen-missing 1 "hsnn-jit compile: error: the code generator module libhsnn-codegen.so was not found (looked for /nonexistent/libhsnn-codegen.so); set HSNN_CODEGEN_MODULE to its path" -- compile "$dir/good.json" --emit obj -o "$dir/x.o"
+  HSNN_CODEGEN_MODULE="$2" expect codegen-foreign 1 "hsnn-jit compile: error: the code generator module cannot be used: $2: not an hsnn code generator module" -- compile "$dir/loss.json" --emit obj -o "$dir/x.o"
+  out=$(HSNN_CODEGEN_MODULE="$3" "$J" compile "$dir/loss.json" --emit obj -o "$dir/x.o" 2>&1)
+  if [[ "$out" == "hsnn-jit compile: error: the code generator module cannot be used: $3: built from another hsnn build (token another-build, this library's "*")" ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL module of another build: $out"; fi
+  out=$(HSNN_CODEGEN_MODULE=/nonexistent/libhsnn-codegen.so "$J" info 2>&1)
+  if [[ "$out" == *$'cpu_jit:        unavailable: the code generator module libhsnn-codegen.so was not found'* ]] && [[ "$out" == *'default method: cpu_interp'* ]] && [[ "$out" != *'code generator:'* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info without the module: $out"; fi
+  HSNN_CODEGEN_MODULE=/nonexistent/libhsnn-codegen.so expect codegen-missing-eval 0 '0.84134474606854304' -- eval gelu --at 1
+  out=$("$J" info 2>&1)
+  if [[ "$out" == *$'\ncode generator: /'*'/libhsnn-codegen.so'* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info names the module: $out"; fi
   printf '#!/bin/sh\nexec sleep 37.25\n' > "$dir/stuck-ld"; chmod +x "$dir/stuck-ld"
   start=$(date +%s%N)
   HSNN_LINKER="$dir/stuck-ld" HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR="$dir/cache" TMPDIR="$dir" timeout 20 "$J" bench --cache-hit-probe > /dev/null 2>&1

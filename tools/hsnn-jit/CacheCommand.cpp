@@ -131,16 +131,18 @@ int runInfo(std::span<const std::string_view> args) {
                "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpus\": [{}], "
                "\"cuda_driver_version\": {}, \"gpu_unavailable_reason\": {}, "
                "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
-               "\"cache_entries\": {}, \"cache_bytes\": {}, \"cache_linker\": {}}}\n",
+               "\"cache_entries\": {}, \"cache_bytes\": {}, \"cache_linker\": {}, \"code_generator\": {}}}\n",
                jsonQuote(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonQuote(i.cpuJitUnavailableReason),
                i.gpuEnabled, i.numGpus, gpus, i.cudaDriverVersion, jsonQuote(i.gpuUnavailableReason),
                to_string(i.defaultMethod), f.useKernelCache, f.strict, jsonQuote(kernelCacheDir()), cacheEntries,
-               cacheBytes, jsonQuote(i.cacheLinker));
+               cacheBytes, jsonQuote(i.cacheLinker), jsonQuote(i.codeGenerator));
     return Ok;
   }
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
   fmt::print("threads:        {}\n", threads);
   fmt::print("cpu_jit:        {}\n", i.cpuJitEnabled ? "available" : "unavailable: " + i.cpuJitUnavailableReason);
+  if (!i.codeGenerator.empty())
+    fmt::print("code generator: {}\n", i.codeGenerator);
   fmt::print("gpus:           {}\n", i.numGpus ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
   if (i.numGpus)
     fmt::print("cuda driver:    {}.{}\n", i.cudaDriverVersion / 1000, i.cudaDriverVersion % 1000 / 10);
