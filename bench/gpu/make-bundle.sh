@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without LLVM needs to run hsnn's GPU tests and
-# benchmarks: hsnn-jit and CUDATests linked statically against LLVM,
+# benchmarks: hsnn-jit, CUDATests and the code generator module (LLVM linked
+# statically into it and into CUDATests),
 # stripped and gzip'd, with libtbb/libzstd beside them and run.sh, in
 # gpu-bundle/ (git-ignored). It stays under the 64 MiB a device session can
 # carry. On the GPU machine: bash gpu-bundle/run.sh OUTDIR
@@ -8,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Tests on explicitly: a build-static configured for the CLI alone has them off.
 cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DHSNN_LLVM_STATIC=ON -DHSNN_BUILD_TESTS=ON >/dev/null
-cmake --build build-static --target hsnn-jit CUDATests
+cmake --build build-static --target hsnn-jit CUDATests hsnnCodeGenModule
 rm -rf gpu-bundle
 mkdir -p gpu-bundle
-for binary in build-static/bin/hsnn-jit build-static/test/CUDATests; do
+# The code generator module (LLVM) goes beside the programs, where they look first.
+for binary in build-static/bin/hsnn-jit build-static/test/CUDATests build-static/lib/hsnn/libhsnn-codegen.so; do
   name=$(basename "$binary")
   strip -o "gpu-bundle/$name" "$binary"
   gzip -9 "gpu-bundle/$name"

@@ -4,7 +4,10 @@
 // (that file only); beside the program or shared object this code is part
 // of (a Python wheel, a bundle); ../LIBDIR/hsnn/ from there (an installed
 // hsnn-jit, or a build tree's bin/); hsnn/ from there (an installed shared
-// libhsnn); the build tree it was built in; the install prefix.
+// libhsnn); by its bare name, so the program's run path and
+// LD_LIBRARY_PATH apply (the installed CMake package adds LIBDIR/hsnn to
+// the run path of what links it); the build tree it was built in; the
+// install prefix it was configured with.
 //
 //===----------------------------------------------------------------------===//
 #include "CodeGenModule.h"
@@ -12,6 +15,7 @@
 #include "CodeGenModuleToken.h"
 
 #include <dlfcn.h>
+#include <filesystem>
 #include <fmt/format.h>
 #include <link.h>
 #include <mutex>
@@ -53,14 +57,37 @@ std::vector<std::string> candidates() {
     c.push_back(fmt::format("{}/../{}/hsnn/{}", dir, HSNN_INSTALL_LIBDIR, kFileName));
     c.push_back(fmt::format("{}/hsnn/{}", dir, kFileName));
   }
+  c.push_back(kFileName);
   c.push_back(HSNN_CODEGEN_MODULE_BUILD_PATH);
   c.push_back(HSNN_CODEGEN_MODULE_INSTALL_PATH);
   return c;
 }
 
+// A bare name is the dynamic linker's to find.
 bool isFile(const std::string &path) {
+  if (path.find('/') == std::string::npos)
+    return true;
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Whether a bare-name dlopen from the program would find the module: the
+// directories of its search path (run path, LD_LIBRARY_PATH, the system's),
+// looked at without loading anything.
+bool onSearchPath() {
+  void *self = ::dlopen(nullptr, RTLD_LAZY);
+  Dl_serinfo size{};
+  if (!self || ::dlinfo(self, RTLD_DI_SERINFOSIZE, &size) != 0)
+    return false;
+  std::vector<char> buf(size.dls_size);
+  auto *info = reinterpret_cast<Dl_serinfo *>(buf.data());
+  *info = size;
+  if (::dlinfo(self, RTLD_DI_SERINFO, info) != 0)
+    return false;
+  for (unsigned i = 0; i < info->dls_cnt; ++i)
+    if (isFile(fmt::format("{}/{}", info->dls_serpath[i].dls_name, kFileName)))
+      return true;
+  return false;
 }
 
 struct Loaded {
@@ -75,7 +102,9 @@ const CodeGenModule *open(const std::string &path, std::string &why) {
   void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!handle) {
     const char *e = ::dlerror();
-    why = fmt::format("{}: {}", path, e ? e : "dlopen failed");
+    // A bare name not on the search path was simply not there.
+    if (path.find('/') != std::string::npos)
+      why = fmt::format("{}: {}", path, e ? e : "dlopen failed");
     return nullptr;
   }
   using EntryFn = const CodeGenModule *(*)();
@@ -106,10 +135,14 @@ const Loaded &loaded() {
       std::string why;
       if (const CodeGenModule *m = open(path, why)) {
         s->module = m;
-        s->path = path;
+        s->path = std::filesystem::path(path).lexically_normal().string();
+        if (path.find('/') == std::string::npos)
+          if (Dl_info info{}; ::dladdr(reinterpret_cast<const void *>(m), &info) && info.dli_fname)
+            s->path = info.dli_fname;
         return s;
       }
-      reasons.push_back(why);
+      if (!why.empty())
+        reasons.push_back(why);
     }
     if (reasons.empty())
       s->failure = Error(ErrorCode::Unsupported,
@@ -140,7 +173,7 @@ bool codeGenModuleFound() {
 #if HSNN_HAS_CODEGEN_MODULE
   static const bool found = [] {
     for (const std::string &path : candidates())
-      if (isFile(path))
+      if (path.find('/') == std::string::npos ? onSearchPath() : isFile(path))
         return true;
     return false;
   }();
