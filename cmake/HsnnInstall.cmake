@@ -18,8 +18,12 @@ install(TARGETS ${_hsnn_targets} EXPORT hsnnTargets
 if(HSNN_ENABLE_JIT)
   install(TARGETS hsnnCodeGenModule LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/hsnn)
 endif()
-# An installed hsnn-jit finds a shared libhsnn next to it.
-set_target_properties(hsnn-jit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+# An installed hsnn-jit finds a shared libhsnn next to it. Only then: CMake
+# pads the build tree's run path with ':' to the install one's length, and
+# each empty entry makes the dynamic linker look in the working directory.
+if(HSNN_BUILD_SHARED)
+  set_target_properties(hsnn-jit PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+endif()
 install(TARGETS hsnn-jit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/hsnn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_BINARY_DIR}/include/hsnn/Version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hsnn)
