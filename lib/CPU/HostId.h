@@ -10,7 +10,8 @@
 // answer is a function of those values, so two processes with the same
 // fingerprint get the same target from LLVM: a key made from it is at
 // least as specific as one made from LLVM's answer. A leaf LLVM does not
-// read only makes keys more specific (a miss, never a wrong hit).
+// read only makes keys more specific (a miss, never a wrong hit). With
+// glibc, most leaves are the copies it read at start-up (HostId.cpp).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

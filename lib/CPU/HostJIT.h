@@ -49,8 +49,9 @@ public:
   /// The JIT, or an Error saying why there is none (this build has no LLVM,
   /// or LLVM cannot target this CPU).
   static Expected<HostJIT *> get();
-  /// Whether get() succeeds, without starting anything (no LLVM host
-  /// detection: a cache hit of linked kernels never asks LLVM).
+  /// Whether this build has the JIT, without loading or starting anything
+  /// (a cache hit of linked kernels never asks LLVM); get() can still fail,
+  /// when the code generator module cannot be loaded, and says why.
   static bool available();
   /// The LLVM version kernels are compiled with ("none" without the JIT).
   static const char *llvmVersion();

@@ -55,8 +55,6 @@ struct CodeGenModule {
 /// The module, loaded on the first call; the error says where it was looked
 /// for and why it could not be used. Thread-safe; never unloaded.
 Expected<const CodeGenModule *> codeGenModule();
-/// Whether a module file is there to load, without loading it.
-bool codeGenModuleFound();
 /// The path of the module in use (loading it), else "".
 std::string codeGenModulePath();
 

@@ -36,7 +36,7 @@ std::string directoryOf(const std::string &path) {
 std::string ownDirectory() {
   Dl_info info{};
   link_map *map = nullptr;
-  if (::dladdr1(reinterpret_cast<void *>(&codeGenModuleFound), &info, reinterpret_cast<void **>(&map),
+  if (::dladdr1(reinterpret_cast<void *>(&codeGenModulePath), &info, reinterpret_cast<void **>(&map),
                 RTLD_DL_LINKMAP) &&
       map && map->l_name && map->l_name[0] == '/')
     return directoryOf(map->l_name);
@@ -69,25 +69,6 @@ bool isFile(const std::string &path) {
     return true;
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// Whether a bare-name dlopen from the program would find the module: the
-// directories of its search path (run path, LD_LIBRARY_PATH, the system's),
-// looked at without loading anything.
-bool onSearchPath() {
-  void *self = ::dlopen(nullptr, RTLD_LAZY);
-  Dl_serinfo size{};
-  if (!self || ::dlinfo(self, RTLD_DI_SERINFOSIZE, &size) != 0)
-    return false;
-  std::vector<char> buf(size.dls_size);
-  auto *info = reinterpret_cast<Dl_serinfo *>(buf.data());
-  *info = size;
-  if (::dlinfo(self, RTLD_DI_SERINFO, info) != 0)
-    return false;
-  for (unsigned i = 0; i < info->dls_cnt; ++i)
-    if (isFile(fmt::format("{}/{}", info->dls_serpath[i].dls_name, kFileName)))
-      return true;
-  return false;
 }
 
 struct Loaded {
@@ -167,20 +148,6 @@ Expected<const CodeGenModule *> codeGenModule() {
   if (!l.module)
     return l.failure;
   return l.module;
-}
-
-bool codeGenModuleFound() {
-#if HSNN_HAS_CODEGEN_MODULE
-  static const bool found = [] {
-    for (const std::string &path : candidates())
-      if (path.find('/') == std::string::npos ? onSearchPath() : isFile(path))
-        return true;
-    return false;
-  }();
-  return found;
-#else
-  return false;
-#endif
 }
 
 std::string codeGenModulePath() { return loaded().path; }

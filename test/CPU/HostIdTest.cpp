@@ -63,3 +63,25 @@ TEST_CASE("the vector width known without LLVM is LLVM's") {
   }
   CHECK(hostId().vectorBits == t.vectorBits);
 }
+
+#if defined(__x86_64__) && __has_include(<sys/platform/x86.h>)
+#include <cpuid.h>
+#include <sys/platform/x86.h>
+
+// The fingerprint takes most leaves from glibc's copies: they must be the
+// CPU's raw values (not glibc's "active" ones, which tunables can mask).
+TEST_CASE("glibc's copies of the cpuid leaves are the raw values") {
+  struct Leaf {
+    unsigned index, leaf, subleaf;
+  };
+  for (Leaf l : {Leaf{CPUID_INDEX_7, 7, 0}, Leaf{CPUID_INDEX_7_ECX_1, 7, 1}, Leaf{CPUID_INDEX_D_ECX_1, 0xd, 1},
+                 Leaf{CPUID_INDEX_80000001, 0x80000001, 0}, Leaf{CPUID_INDEX_80000008, 0x80000008, 0}}) {
+    unsigned r[4];
+    __cpuid_count(l.leaf, l.subleaf, r[0], r[1], r[2], r[3]);
+    const cpuid_feature *c = __x86_get_cpuid_feature_leaf(l.index);
+    INFO("leaf " << std::hex << l.leaf << "." << l.subleaf);
+    for (int k = 0; k < 4; ++k)
+      CHECK(c->cpuid_array[k] == r[k]);
+  }
+}
+#endif
