@@ -9,6 +9,7 @@
 #include "hsnn/Version.h"
 
 #include <algorithm>
+#include <functional>
 #include <fmt/format.h>
 #include <gnu/libc-version.h>
 #include <mutex>
@@ -105,7 +106,8 @@ size_t countTapes(std::span<const KernelRequest> requests) {
 // Compiles (or loads from the disk cache) the requested kernels and returns
 // them loaded, filling the JIT fields of `info`.
 Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
-                                                      const CacheConfig &cacheConfig, const std::string &description,
+                                                      const CacheConfig &cacheConfig,
+                                                      const std::function<std::string()> &describe,
                                                       CompileInfo &info, const CompileProgress &progress) {
   std::vector<std::string> symbols;
   for (const KernelRequest &r : requests)
@@ -160,6 +162,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     if (auto lib = loadLinked(*linkedKey))
       return lib;
   }
+  const std::string description = describe();
   auto compile = [&](size_t c) {
     auto object = (*jit)->compileObject(part(c), options, &stats[c]);
     if (!object) {
@@ -267,7 +270,9 @@ public:
         nodeKernel_[size_t(kind)].assign(m.numNodes(), nullptr);
       return Error::success();
     }
-    auto lib = buildKernels(requests, options_.jit, options_.cache, m.describe("cpu_jit", std::vector<KernelKind>(kinds)), info,
+    // Described only for what is stored: a hit needs no description.
+    auto describe = [&] { return m.describe("cpu_jit", std::vector<KernelKind>(kinds)); };
+    auto lib = buildKernels(requests, options_.jit, options_.cache, describe, info,
                             progress ? options_.progress : CompileProgress());
     if (!lib)
       return lib.takeError();

@@ -425,3 +425,24 @@ TEST_CASE("an image that is not a loadable shared object is an error, not a cras
   REQUIRE_FALSE(lib);
   CHECK(lib.error().message().starts_with("cannot load the cached shared object: "));
 }
+
+TEST_CASE("a load marks an entry recently used for the LRU, at most once a minute") {
+  TempCache c;
+  auto cache = detail::ObjectCache::open({true, c.dir, {}});
+  REQUIRE(cache);
+  detail::CacheKey key{};
+  key[0] = 42;
+  cache->store(CacheCategory::Cpu, key, std::vector<char>(64, 'q'), "lru entry");
+  std::string path = c.dir + "/cpu/" + detail::toHex(key) + ".hsnn";
+  auto hourAgo = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(path, hourAgo);
+  auto loaded = cache->load(CacheCategory::Cpu, key);
+  REQUIRE(loaded);
+  CHECK(*loaded == std::vector<char>(64, 'q'));
+  CHECK(fs::last_write_time(path) > fs::file_time_type::clock::now() - std::chrono::minutes(1));
+  // Used seconds ago: left as it is (no system call per hit).
+  auto secondsAgo = fs::file_time_type::clock::now() - std::chrono::seconds(5);
+  fs::last_write_time(path, secondsAgo);
+  REQUIRE(cache->load(CacheCategory::Cpu, key));
+  CHECK(fs::last_write_time(path) == secondsAgo);
+}
