@@ -74,7 +74,7 @@ std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, c
   if (host.fingerprint.empty())
     return std::nullopt;
   CacheKeyBuilder k;
-  k.add("format", "hsnn-linked-3")
+  k.add("format", "hsnn-linked-4") // 4: libmvec and libm are DT_NEEDED
       .add("object-format", kObjectFormat)
       .add("hsnn", HSNN_VERSION)
       .add("llvm", HostJIT::llvmVersion())

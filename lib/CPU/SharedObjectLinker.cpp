@@ -8,12 +8,16 @@
 // fork of this (possibly large) process nor lld's archives in a static
 // build. posix_spawn starts it without copying this process's page
 // tables. Undefined symbols (libmvec's, libm's) stay undefined and resolve
-// when the image is loaded, against the libraries this process has, so the
-// link reads no system library.
+// when the image is loaded; the image names libmvec and libm as needed (the
+// files this process has loaded), because a library loaded RTLD_LOCAL, as
+// Python loads extensions, does not put its own dependencies in the scope
+// the image's symbols are looked up in.
 //===----------------------------------------------------------------------===//
 #include "SharedObject.h"
 
 #include <cerrno>
+#include <dlfcn.h>
+#include <link.h>
 #include <chrono>
 #include <cstring>
 #include <csignal>
@@ -37,6 +41,25 @@ extern char **environ;
 
 namespace hsnn::detail {
 namespace {
+
+// The files of the libraries kernels call into, as this process loaded
+// them (the kernels were compiled for this process's libmvec). Never
+// destroyed: links run on a thread that exit waits for after statics go.
+const std::vector<std::string> &neededLibraries() {
+  static const std::vector<std::string> *libs = new std::vector<std::string>([] {
+    std::vector<std::string> out;
+    for (const char *soname : {"libmvec.so.1", "libm.so.6"}) {
+      void *h = ::dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+      link_map *map = nullptr;
+      if (h && ::dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0] == '/')
+        out.push_back(map->l_name);
+      if (h)
+        ::dlclose(h); // NOLOAD took a reference
+    }
+    return out;
+  }());
+  return *libs;
+}
 
 Error linkFailure(const std::string &why) {
   return Error(ErrorCode::Internal, fmt::format("cannot link the kernels into a shared object for the cache: {}", why));
@@ -148,6 +171,9 @@ Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> 
   std::vector<std::string> args = {program, "-shared", "-o", output, "-z", "now", "-z", "relro",
                                    "--build-id=none", "--hash-style=gnu"};
   args.insert(args.end(), inputs.begin(), inputs.end());
+  args.push_back("--no-as-needed");
+  for (const std::string &lib : neededLibraries())
+    args.push_back(lib);
   std::vector<char *> argv;
   for (std::string &a : args)
     argv.push_back(a.data());

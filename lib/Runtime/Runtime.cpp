@@ -288,9 +288,18 @@ Expected<Method> resolveMethod(Method asked) {
     if (detail::HostJIT::available())
       return asked;
   }
+  // runtimeInfo()'s choice, without what it asks the code generator (the
+  // CPU's name, the GPUs' code architectures): loading LLVM would be most of
+  // a cache hit. Where the module then cannot load, the compile falls back
+  // to cpu_interp with the usual warning.
+  if (asked == Method::Auto) {
+#if HSNN_HAS_NVPTX
+    if (auto driver = detail::CudaDriver::get(); driver && !(*driver)->devices.empty())
+      return Method::Cuda;
+#endif
+    return detail::HostJIT::available() ? Method::CpuJit : Method::CpuInterp;
+  }
   const RuntimeInfo &info = runtimeInfo();
-  if (asked == Method::Auto)
-    return info.defaultMethod;
   bool strict = runtimeFlags().strict;
   auto stepDown = [&](Method m, const std::string &why, Method next) -> Expected<Method> {
     std::string msg = fmt::format("method {} is unavailable: {}", to_string(m), why);
