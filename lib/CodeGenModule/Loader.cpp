@@ -77,10 +77,9 @@ struct Loaded {
   Error failure;
 };
 
-// Opens one candidate; on failure says why.
+// Opens one candidate; on failure says why and closes it again.
 const CodeGenModule *open(const std::string &path, std::string &why) {
-  // Never closed: kernels, the JIT and objects from it live to the end.
-  void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *e = ::dlerror();
     // A bare name not on the search path was simply not there.
@@ -93,14 +92,18 @@ const CodeGenModule *open(const std::string &path, std::string &why) {
   const CodeGenModule *m = entry ? entry() : nullptr;
   if (!m) {
     why = fmt::format("{}: not an hsnn code generator module", path);
+    ::dlclose(handle);
     return nullptr;
   }
   if (m->size != sizeof(CodeGenModule) || !m->buildToken ||
       std::string_view(m->buildToken) != HSNN_CODEGEN_MODULE_TOKEN) {
     why = fmt::format("{}: built from another hsnn build (token {}, this library's {})", path,
                       m->buildToken ? m->buildToken : "none", HSNN_CODEGEN_MODULE_TOKEN);
+    ::dlclose(handle);
     return nullptr;
   }
+  // Never unloaded: kernels, the JIT and objects from it live to the end.
+  ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   return m;
 }
 
