@@ -76,6 +76,25 @@ std::string formatParams(const std::vector<double> &p) {
   return s;
 }
 
+struct FrontEnd {
+  std::shared_ptr<const detail::CompiledModel> model;
+  const detail::CodeGenModule *module = nullptr;
+};
+// What every object starts from: a C name, the model (its errors first),
+// then the code generator that compiles it.
+template <class BuildModel>
+Expected<FrontEnd> frontEnd(const std::string &name, std::string_view what, BuildModel &&buildModel) {
+  if (!isCIdentifier(name))
+    return Error(ErrorCode::InvalidArgument, fmt::format("{} name '{}' is not a C identifier", what, name));
+  auto compiled = buildModel();
+  if (!compiled)
+    return compiled.takeError();
+  auto module = detail::codeGenModule();
+  if (!module)
+    return module.error();
+  return FrontEnd{std::move(*compiled), *module};
+}
+
 // The kernels and entry points of a layer's object.
 detail::AotCode layerCode(const std::string &name, const detail::CompiledModel &model, DType dtype, Layout layout,
                           unsigned vectorBits) {
@@ -125,15 +144,12 @@ detail::AotCode layerCode(const std::string &name, const detail::CompiledModel &
 
 Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
                                       Layout layout, const AotOptions &options) {
-  if (!isCIdentifier(name))
-    return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
-  auto compiled = buildModel(nodes, {.dtype = dtype, .layout = layout, .bakeConstants = options.bakeConstants});
-  if (!compiled)
-    return compiled.takeError();
-  const detail::CompiledModel &model = **compiled;
-  auto module = detail::codeGenModule();
-  if (!module)
-    return module.error();
+  auto front = frontEnd(name, "layer", [&] {
+    return buildModel(nodes, {.dtype = dtype, .layout = layout, .bakeConstants = options.bakeConstants});
+  });
+  if (!front)
+    return front.takeError();
+  const detail::CompiledModel &model = *front->model;
 
   // Row kernels are planned for the target's vectors, which the module
   // knows once it has checked the target.
@@ -143,7 +159,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
     rowKernels = !code.layer->rowSegments.empty();
     return code;
   };
-  auto bytes = (*module)->compileAot(options, build);
+  auto bytes = front->module->compileAot(options, build);
   if (!bytes)
     return bytes.takeError();
 
@@ -190,21 +206,18 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
 Expected<AotArtifact> compileLossAot(const std::string &name, const std::string &formula,
                                      const std::map<std::string, double> &constants, DType dtype,
                                      const AotOptions &options) {
-  if (!isCIdentifier(name))
-    return Error(ErrorCode::InvalidArgument, fmt::format("loss name '{}' is not a C identifier", name));
-  auto compiled = buildModel(formula, constants, {.dtype = dtype, .bakeConstants = options.bakeConstants});
-  if (!compiled)
-    return compiled.takeError();
-  const detail::CompiledModel &model = **compiled;
-  auto module = detail::codeGenModule();
-  if (!module)
-    return module.error();
+  auto front = frontEnd(name, "loss", [&] {
+    return buildModel(formula, constants, {.dtype = dtype, .bakeConstants = options.bakeConstants});
+  });
+  if (!front)
+    return front.takeError();
+  const detail::CompiledModel &model = *front->model;
   std::vector<KernelRequest> requests;
   for (KernelKind k : detail::kLossKinds)
     requests.push_back({fmt::format("{}_{}", name, detail::kindInfo(k).cName), model.units[0].programs[size_t(k)], k, dtype});
   requests.push_back({name + "_constant_gradient", model.units[0].programs[size_t(KernelKind::LossConstantGradient)],
                       KernelKind::LossConstantGradient, dtype});
-  auto bytes = (*module)->compileAot(options, [&](unsigned) -> Expected<detail::AotCode> {
+  auto bytes = front->module->compileAot(options, [&](unsigned) -> Expected<detail::AotCode> {
     return detail::AotCode{std::move(requests), std::nullopt, name, model.defaultParams};
   });
   if (!bytes)
