@@ -217,19 +217,23 @@ struct Rational {
 };
 constexpr double kExactInt = 9007199254740992.0; // 2^53
 
+// Through int64_t (every value here is below 2^53): one instruction, where
+// a double converts to __int128 through a libgcc call.
+__int128 wide(double integral) { return __int128(int64_t(integral)); }
+
 std::optional<Rational> rationalOf(Expr e) {
   auto integer = [](Expr x) {
     return x->isNumber() && std::fabs(x->number()) < kExactInt && x->number() == std::trunc(x->number());
   };
   if (integer(e))
-    return Rational{__int128(e->number()), 1};
+    return Rational{wide(e->number()), 1};
   if (e->isNumber() && std::fabs(e->number()) < 0x1p32) {
     double scaled = e->number() * 0x1p20; // exact: a power of two
     if (scaled == std::trunc(scaled))
-      return Rational{__int128(scaled), __int128(1) << 20};
+      return Rational{wide(scaled), __int128(1) << 20};
   }
   if (e->op() == Op::Div && integer(e->arg(0)) && integer(e->arg(1)) && e->arg(1)->number() != 0) {
-    Rational r{__int128(e->arg(0)->number()), __int128(e->arg(1)->number())};
+    Rational r{wide(e->arg(0)->number()), wide(e->arg(1)->number())};
     if (r.den < 0)
       r.num = -r.num, r.den = -r.den;
     return r;
