@@ -3,10 +3,6 @@
 
 #include "CodeGenModule/CodeGenModule.h"
 
-#if HSNN_HAS_CODEGEN_MODULE
-#include <llvm/Config/llvm-config.h> // the version only: this file links no LLVM
-#endif
-
 namespace hsnn::detail {
 
 Expected<HostJIT *> HostJIT::get() {
@@ -27,14 +23,6 @@ bool HostJIT::available() {
 #endif
 }
 
-// Cache keys name it, and a cache hit must not load the module to ask: the
-// module is built against these same headers (its token checks that).
-const char *HostJIT::llvmVersion() {
-#if HSNN_HAS_CODEGEN_MODULE
-  return LLVM_VERSION_STRING;
-#else
-  return "none";
-#endif
-}
+const char *HostJIT::llvmVersion() { return codeGenLlvmVersion(); }
 
 } // namespace hsnn::detail

@@ -3,10 +3,6 @@
 
 #include "CodeGenModule/CodeGenModule.h"
 
-#if HSNN_HAS_CODEGEN_MODULE
-#include <llvm/Config/llvm-config.h> // the version only: this file links no LLVM
-#endif
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,16 +18,11 @@ std::string libdevicePath() {
 
 // A cache hit of GPU code asks this without loading the module.
 std::string ptxGeneratorId() {
-#if HSNN_HAS_CODEGEN_MODULE
-  const char *llvm = LLVM_VERSION_STRING;
-#else
-  const char *llvm = "none";
-#endif
   std::string path = libdevicePath();
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
   auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  return fmt::format("llvm-{} libdevice {} {} {}", llvm, path, ec ? 0 : size, ec ? 0 : time);
+  return fmt::format("llvm-{} libdevice {} {} {}", codeGenLlvmVersion(), path, ec ? 0 : size, ec ? 0 : time);
 }
 
 int ptxIsaVersion(std::string_view ptx) {

@@ -27,8 +27,6 @@
 #include <llvm/Transforms/IPO/Internalize.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fmt/format.h>
 #include <mutex>

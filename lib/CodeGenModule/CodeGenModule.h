@@ -57,6 +57,10 @@ struct CodeGenModule {
 Expected<const CodeGenModule *> codeGenModule();
 /// The path of the module in use (loading it), else "".
 std::string codeGenModulePath();
+/// The LLVM version the module is built with ("none" without one), known
+/// without loading it: cache keys name it, and a cache hit must not load
+/// LLVM to ask (the module's token checks it was built with the same).
+const char *codeGenLlvmVersion();
 
 } // namespace hsnn::detail
 

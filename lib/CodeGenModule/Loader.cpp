@@ -14,11 +14,14 @@
 
 #include "CodeGenModuleToken.h"
 
+#if HSNN_HAS_CODEGEN_MODULE
+#include <llvm/Config/llvm-config.h> // the version only: the loader links no LLVM
+#endif
+
 #include <dlfcn.h>
 #include <filesystem>
 #include <fmt/format.h>
 #include <link.h>
-#include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,5 +157,13 @@ Expected<const CodeGenModule *> codeGenModule() {
 }
 
 std::string codeGenModulePath() { return loaded().path; }
+
+const char *codeGenLlvmVersion() {
+#if HSNN_HAS_CODEGEN_MODULE
+  return LLVM_VERSION_STRING;
+#else
+  return "none";
+#endif
+}
 
 } // namespace hsnn::detail
