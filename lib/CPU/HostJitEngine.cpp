@@ -28,7 +28,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
 
 // Bump it whenever the emitter or pipeline changes the code it makes.
-constexpr const char *kObjectFormat = "hsnn-host-object-13";
+constexpr const char *kObjectFormat = "hsnn-host-object-14";
 
 // What the requests compile to on a given target: the tapes (the canonical
 // form of the formulas after simplification and differentiation), kernel

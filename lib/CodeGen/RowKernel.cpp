@@ -2,10 +2,10 @@
 //
 // A row kernel runs a segment of a batch-major layer in place (RowPlan.h),
 // row by row along the row: `lanes` periods of P nodes at a time are P
-// vector loads, shuffled into one vector per slot (lane l = period l), each
-// slot's tape with its nodes' constants as one vector load each, and the
-// results shuffled back into P vector stores. Every lane goes through the
-// same operations as in the nodes-major kernels (same vector math
+// vector loads, shuffled into one vector per slot (each lane one period),
+// each slot's tape with its nodes' constants as one vector load each, and
+// the results shuffled back into P vector stores. Every lane goes through
+// the same operations as in the nodes-major kernels (same vector math
 // functions, same order), so both layouts give the same bits.
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -13,6 +13,9 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <llvm/ADT/bit.h>
+
+#include <algorithm>
 #include <functional>
 
 namespace hsnn::detail {
@@ -50,43 +53,109 @@ Value *permuteLanes(IRBuilder<> &b, ArrayRef<Value *> src, unsigned lanes,
   return v;
 }
 
-// i with its log2(P) low bits reversed (P a power of two).
-unsigned bitReversed(unsigned i, unsigned P) {
-  unsigned rev = 0;
-  for (unsigned bit = 1, out = P >> 1; bit < P; bit <<= 1, out >>= 1)
-    if (i & bit)
-      rev |= out;
-  return rev;
+// Where a block's elements are: element e (= vector index * lanes + lane)
+// has address bits e_0, e_1, ...; vec[i] names the address bit that bit i of
+// the vector index holds, lane[j] the one lane bit j holds. Loaded, bit i of
+// e is where it was stored; a shuffle round moves one vector-index bit into
+// the lanes and one lane bit out.
+struct BitLayout {
+  std::vector<unsigned> vec, lane;
+
+  unsigned address(unsigned vector, unsigned lane_) const {
+    unsigned e = 0;
+    for (size_t i = 0; i < vec.size(); ++i)
+      e |= ((vector >> i) & 1u) << vec[i];
+    for (size_t j = 0; j < lane.size(); ++j)
+      e |= ((lane_ >> j) & 1u) << lane[j];
+    return e;
+  }
+  std::pair<unsigned, unsigned> place(unsigned e) const {
+    unsigned v = 0, l = 0;
+    for (size_t i = 0; i < vec.size(); ++i)
+      v |= ((e >> vec[i]) & 1u) << i;
+    for (size_t j = 0; j < lane.size(); ++j)
+      l |= ((e >> lane[j]) & 1u) << j;
+    return {v, l};
+  }
+};
+
+// One round from layout `from` to `to`, which differ in vector bit i and in
+// lane bits: output vector o and its partner o ^ (1 << i) each come from the
+// two inputs with those indices, one two-source shuffle per output.
+std::vector<Value *> shuffleRound(IRBuilder<> &b, const std::vector<Value *> &x, const BitLayout &from,
+                                  const BitLayout &to, unsigned i) {
+  const unsigned lanes = 1u << to.lane.size();
+  std::vector<Value *> y(x.size());
+  for (unsigned o = 0; o < x.size(); ++o) {
+    unsigned lo = o & ~(1u << i);
+    SmallVector<int, 32> mask;
+    for (unsigned l = 0; l < lanes; ++l) {
+      auto [v, at] = from.place(to.address(o, l));
+      mask.push_back(int(at + ((v >> i) & 1u) * lanes));
+    }
+    y[o] = b.CreateShuffleVector(x[lo], x[lo | (1u << i)], mask);
+  }
+  return y;
 }
 
-// Splits P vectors holding a sequence x (element e of vector e / lanes)
-// into P vectors, vector s holding x[s], x[s+P], x[s+2P], ... For P a power
-// of two up to `lanes`, log2(P) rounds of even/odd splits of vector pairs
-// (P permutes per round, with two index vectors in all); otherwise a chain
-// of shuffles per output.
-std::vector<Value *> deinterleave(IRBuilder<> &b, std::vector<Value *> x, unsigned lanes) {
-  const unsigned P = unsigned(x.size());
-  if (P > 1 && (P & (P - 1)) == 0 && P <= lanes) {
-    SmallVector<int, 32> even, odd;
-    for (unsigned l = 0; l < lanes; ++l)
-      even.push_back(int(2 * l)), odd.push_back(int(2 * l + 1));
-    // After round k, x is 2^k subsequences (x[j::2^k] in bit-reversed order
-    // of j), each P/2^k vectors long.
-    for (unsigned parts = 1; parts < P; parts *= 2) {
-      unsigned len = P / parts;
-      std::vector<Value *> y(P);
-      for (unsigned part = 0; part < parts; ++part)
-        for (unsigned j = 0; j < len / 2; ++j) {
-          Value *a = x[part * len + 2 * j], *c = x[part * len + 2 * j + 1];
-          y[part * len + j] = b.CreateShuffleVector(a, c, even);
-          y[part * len + len / 2 + j] = b.CreateShuffleVector(a, c, odd);
-        }
-      x = std::move(y);
+// The layouts a block goes through to put slot s of a period of P = 2^k
+// nodes in vector s: one round per slot bit, each taking that bit out of the
+// lanes into vector bit r. Which lane bits a round may move decides its
+// cost: within a 128-bit block (q bits) an unpck or shufps, the top block
+// bit a 128-bit shuffle (vshuff32x4, vperm2f128); other block bits need a
+// general two-source permute (vpermt2ps/pd). Measured on Zen 4 (zmm,
+// independent ops): unpck/shufps 2 per cycle, vshuff32x4 1, vpermt2ps 0.8,
+// next to 1 vaddps; the old plan of log2(P) vpermt2ps rounds each way
+// made W1's batch-major forward 1.18x its nodes-major time, this one 1.12x
+// (one thread, in one process, alternating). Bits inside a block are taken through lane bit
+// 0 with a rotation of the block's bits (shufps 0x88/0xDD; undone by
+// unpcklps/unpckhps), so every period bit sent into a block lands there
+// and the block bits are swapped in place. The periods end up in lane
+// order `BitLayout::lane` (periodOfLane).
+std::vector<BitLayout> slotPlan(unsigned P, unsigned lanes, unsigned elemBits) {
+  const unsigned k = unsigned(llvm::countr_zero(P)), m = unsigned(llvm::countr_zero(lanes));
+  const unsigned q = std::min(m, unsigned(llvm::countr_zero(128u / elemBits)));
+  BitLayout at;
+  for (unsigned i = 0; i < k; ++i)
+    at.vec.push_back(m + i);
+  for (unsigned j = 0; j < m; ++j)
+    at.lane.push_back(j);
+  std::vector<BitLayout> plan{at};
+  for (unsigned r = 0; r < k; ++r) {
+    unsigned p = unsigned(std::find(at.lane.begin(), at.lane.end(), r) - at.lane.begin());
+    unsigned sent = at.vec[r];
+    at.vec[r] = r;
+    if (p < q) { // rotate the block's bits down, the period bit in on top
+      for (unsigned j = p; j + 1 < q; ++j)
+        at.lane[j] = at.lane[j + 1];
+      at.lane[q - 1] = sent;
+    } else {
+      at.lane[p] = sent;
     }
-    std::vector<Value *> out(P);
-    for (unsigned i = 0; i < P; ++i) // position i holds residue bitreverse(i)
-      out[bitReversed(i, P)] = x[i];
-    return out;
+    plan.push_back(at);
+  }
+  return plan;
+}
+
+// The vector bit a round between two consecutive layouts works on.
+unsigned roundBit(const BitLayout &a, const BitLayout &b) {
+  return unsigned(std::mismatch(a.vec.begin(), a.vec.end(), b.vec.begin()).first - a.vec.begin());
+}
+
+bool powerOfTwoPlan(unsigned P, unsigned lanes) { return P > 1 && (P & (P - 1)) == 0 && P <= lanes; }
+
+// Splits P vectors holding a sequence x (element e of vector e / lanes)
+// into P vectors, vector s holding slot s of each period (x[s + P*q] for
+// the lanes' periods q, in periodOfLane's order). For P a power of two up
+// to `lanes`, log2(P) rounds of P shuffles (slotPlan); otherwise a chain of
+// shuffles per output, periods in order.
+std::vector<Value *> deinterleave(IRBuilder<> &b, std::vector<Value *> x, unsigned lanes, unsigned elemBits) {
+  const unsigned P = unsigned(x.size());
+  if (powerOfTwoPlan(P, lanes)) {
+    std::vector<BitLayout> plan = slotPlan(P, lanes, elemBits);
+    for (size_t r = 1; r < plan.size(); ++r)
+      x = shuffleRound(b, x, plan[r - 1], plan[r], roundBit(plan[r - 1], plan[r]));
+    return x; // slotPlan puts slot bit r in vector bit r
   }
   std::vector<Value *> out;
   for (unsigned s = 0; s < P; ++s)
@@ -96,30 +165,14 @@ std::vector<Value *> deinterleave(IRBuilder<> &b, std::vector<Value *> x, unsign
   return out;
 }
 
-// The inverse: P vectors, vector s holding x[s::P], into the sequence x.
-std::vector<Value *> interleave(IRBuilder<> &b, std::vector<Value *> slots, unsigned lanes) {
+// The inverse: P vectors, vector s holding slot s, into the sequence x.
+std::vector<Value *> interleave(IRBuilder<> &b, std::vector<Value *> slots, unsigned lanes, unsigned elemBits) {
   const unsigned P = unsigned(slots.size());
-  if (P > 1 && (P & (P - 1)) == 0 && P <= lanes) {
-    std::vector<Value *> x(P);
-    for (unsigned i = 0; i < P; ++i)
-      x[i] = slots[bitReversed(i, P)];
-    SmallVector<int, 32> lo, hi; // zip of the low and of the high halves
-    for (unsigned l = 0; l < lanes / 2; ++l)
-      lo.append({int(l), int(lanes + l)}), hi.append({int(lanes / 2 + l), int(lanes + lanes / 2 + l)});
-    for (unsigned parts = P / 2; parts >= 1; parts /= 2) {
-      unsigned len = P / parts;
-      std::vector<Value *> y(P);
-      for (unsigned part = 0; part < parts; ++part)
-        for (unsigned j = 0; j < len / 2; ++j) {
-          Value *e = x[part * len + j], *o = x[part * len + len / 2 + j];
-          y[part * len + 2 * j] = b.CreateShuffleVector(e, o, lo);
-          y[part * len + 2 * j + 1] = b.CreateShuffleVector(e, o, hi);
-        }
-      x = std::move(y);
-      if (parts == 1)
-        break;
-    }
-    return x;
+  if (powerOfTwoPlan(P, lanes)) {
+    std::vector<BitLayout> plan = slotPlan(P, lanes, elemBits);
+    for (size_t r = plan.size() - 1; r > 0; --r)
+      slots = shuffleRound(b, slots, plan[r], plan[r - 1], roundBit(plan[r], plan[r - 1]));
+    return slots;
   }
   std::vector<Value *> out;
   for (unsigned v = 0; v < P; ++v)
@@ -128,6 +181,20 @@ std::vector<Value *> interleave(IRBuilder<> &b, std::vector<Value *> slots, unsi
       return std::pair<unsigned, unsigned>{e % P, e / P};
     }));
   return out;
+}
+
+// Lane l of a slot vector holds period periodOfLane[l] of its block.
+std::vector<int> periodOfLane(unsigned P, unsigned lanes, unsigned elemBits) {
+  std::vector<int> period(lanes);
+  for (unsigned l = 0; l < lanes; ++l)
+    period[l] = int(l);
+  if (powerOfTwoPlan(P, lanes)) {
+    const BitLayout last = slotPlan(P, lanes, elemBits).back();
+    const unsigned k = unsigned(llvm::countr_zero(P));
+    for (unsigned l = 0; l < lanes; ++l)
+      period[l] = int(last.address(0, l) >> k);
+  }
+  return period;
 }
 
 } // namespace
@@ -236,16 +303,20 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     inAt.push_back(pick(directIn[a], buffers[a]));
   for (unsigned k = 0; k < outputs; ++k)
     outAt.push_back(pick(directOut[k], buffers[inputs + k]));
-  // Slot s, lane l is the block's element l*P + s. A backward kernel's err
+  // Slot s, lane l is the block's element lanePeriods[l]*P + s; the
+  // constants table holds periods in order, so a slot's constants are
+  // shuffled the same way when the lanes are not. A backward kernel's err
   // is not shuffled: f'(z) is, back into element order, and multiplied
   // there (the same product per element, a third fewer permutes).
+  const std::vector<int> lanePeriods = periodOfLane(P, lanes, elemBits);
+  const bool inOrder = std::is_sorted(lanePeriods.begin(), lanePeriods.end());
   const bool backward = r.kind == KernelKind::Backward;
   std::vector<std::vector<Value *>> in(inputs);
   for (unsigned a = 0; a < (backward ? 1 : inputs); ++a) {
     std::vector<Value *> loaded(P);
     for (unsigned v = 0; v < P; ++v)
       loaded[v] = b.CreateAlignedLoad(vt, vectorIn(inAt[a], v), align);
-    in[a] = deinterleave(b, std::move(loaded), lanes);
+    in[a] = deinterleave(b, std::move(loaded), lanes, elemBits);
   }
   // Per output array (2: out0, 3: out1), per slot, its vector.
   std::vector<Value *> outs[2];
@@ -255,7 +326,8 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     // stay inside it, and dead lanes are never stored.
     lowering.constants(b, *r.rowSlots[s], nullptr, vt, slot, [&](unsigned j) -> Value * {
       Value *at = b.CreateAdd(b.CreateMul(b.getInt64(constantRows[s] + j), stride), q0);
-      return b.CreateAlignedLoad(vt, b.CreateInBoundsGEP(et, table, at), align);
+      Value *c = b.CreateAlignedLoad(vt, b.CreateInBoundsGEP(et, table, at), align);
+      return inOrder ? c : b.CreateShuffleVector(c, lanePeriods);
     });
     ElementIO io{fn, nullptr, vt, 0};
     for (unsigned a = 0; a < in.size(); ++a)
@@ -269,7 +341,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   }
   // Stored vector v, lane l is element e = v*lanes + l: slot e % P, lane e / P.
   for (unsigned k = 0; k < outputs; ++k) {
-    std::vector<Value *> x = interleave(b, std::move(outs[k]), lanes);
+    std::vector<Value *> x = interleave(b, std::move(outs[k]), lanes, elemBits);
     for (unsigned v = 0; v < P; ++v) {
       if (backward) // err * f'(z), as ElementLowering::element multiplies
         x[v] = b.CreateFMul(b.CreateAlignedLoad(vt, vectorIn(inAt[1], v), align), x[v]);

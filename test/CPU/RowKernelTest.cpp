@@ -101,6 +101,10 @@ std::vector<Shape> shapes() {
   periodic("period 3, 37 periods (a partial block), then a run", 3, 37, 21);
   periodic("period 16, 17 periods", 16, 17, 0);
   periodic("period 5, 40 periods", 5, 40, 0);
+  // Powers of two whose slot bits all lie inside a 128-bit block (f32), or
+  // also in the block bits (f64): each shuffle plan of RowKernel.cpp.
+  periodic("period 2, 45 periods", 2, 45, 0);
+  periodic("period 4, 19 periods", 4, 19, 3);
   Shape runs{"runs of one formula", {}};
   for (size_t k = 0; k < 4; ++k)
     for (size_t i = 0; i < 19 + 7 * k; ++i)
