@@ -262,7 +262,7 @@ public:
         if (kindInfo(kind).constants && p->outputs.empty())
           continue;
         index[u] = requests.size();
-        requests.push_back({fmt::format("{}_u{}_{}", prefix, u, kindName(kind)), p, kind, m.options.dtype});
+        requests.push_back({kernelSymbol(prefix, "_u", u, kind), p, kind, m.options.dtype});
       }
     }
     if (requests.empty()) { // constant gradients of a model without constants

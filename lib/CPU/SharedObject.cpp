@@ -251,7 +251,7 @@ Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char
     written += size_t(n);
   }
   // RTLD_LOCAL: two layers' kernels never resolve against each other.
-  void *handle = ::dlopen(fmt::format("/proc/self/fd/{}", fd).c_str(), RTLD_NOW | RTLD_LOCAL);
+  void *handle = ::dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     ::close(fd);
     gLinkedUnusable = true;

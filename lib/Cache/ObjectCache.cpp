@@ -215,9 +215,12 @@ CacheKeyBuilder &CacheKeyBuilder::add(std::string_view field, uint64_t value) { 
 CacheKey CacheKeyBuilder::finish() const { return hashBytes(text_.data(), text_.size()); }
 
 std::string toHex(const CacheKey &key) {
+  static constexpr char kDigits[] = "0123456789abcdef";
   std::string s;
-  for (uint8_t b : key)
-    s += fmt::format("{:02x}", b);
+  for (uint8_t b : key) {
+    s += kDigits[b >> 4];
+    s += kDigits[b & 15];
+  }
   return s;
 }
 
@@ -261,7 +264,7 @@ void ObjectCache::store(CacheCategory category, const CacheKey &key, const std::
 }
 
 std::optional<CacheEntry> ObjectCache::loadUnchecked(CacheCategory category, const CacheKey &key) const {
-  std::string path = fmt::format("{}/{}/{}.hsnn", dir_, categoryDir(category), toHex(key));
+  std::string path = dir_ + '/' + categoryDir(category) + '/' + toHex(key) + ".hsnn";
   // O_NONBLOCK: a FIFO planted as an entry must not block the open; it is
   // then refused as not a regular file.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);

@@ -16,8 +16,9 @@
 #include "Program/RowPlan.h"
 
 #include <algorithm>
-#include <fmt/format.h>
 #include <map>
+#include <string>
+#include <string_view>
 
 namespace hsnn::detail {
 
@@ -33,6 +34,18 @@ struct MultiKernelSet {
   std::vector<int64_t> caseOf;   ///< Per unit: its case in its request.
 };
 
+/// PREFIX + TAG + index + "_" + kind ("layer_u3_forward"): a compile's
+/// cache hit builds these, and fmt's formatting code, cold in a fresh
+/// process, measured a tenth of such a hit.
+inline std::string kernelSymbol(std::string_view prefix, std::string_view tag, size_t index, KernelKind kind) {
+  std::string s(prefix);
+  s += tag;
+  s += std::to_string(index);
+  s += '_';
+  s += kindName(kind);
+  return s;
+}
+
 /// The kind's kernels for every unit of `m`, named PREFIX_u<first unit>_<kind>;
 /// `strided` as KernelRequest::strided.
 inline MultiKernelSet multiUnitKernels(const CompiledModel &m, KernelKind kind, const std::string &prefix,
@@ -40,7 +53,7 @@ inline MultiKernelSet multiUnitKernels(const CompiledModel &m, KernelKind kind, 
   MultiKernelSet set;
   size_t per = std::clamp<size_t>((m.units.size() + kMultiKernels - 1) / kMultiKernels, 1, kMaxUnitsPerKernel);
   for (size_t u0 = 0; u0 < m.units.size(); u0 += per) {
-    KernelRequest r{fmt::format("{}_u{}_{}", prefix, u0, kindName(kind)), m.units[u0].programs[size_t(kind)], kind,
+    KernelRequest r{kernelSymbol(prefix, "_u", u0, kind), m.units[u0].programs[size_t(kind)], kind,
                     m.options.dtype, strided};
     for (size_t u = u0; u < std::min(u0 + per, m.units.size()); ++u) {
       set.caseOf.push_back(int64_t(r.units.size()));
@@ -79,7 +92,7 @@ inline RowKernelSet rowKernels(const std::vector<RowSegment> &plan, const Compil
     auto [it, fresh] = seen.try_emplace(seg.slots, set.requests.size());
     set.requestOf.push_back(it->second);
     if (fresh)
-      set.requests.push_back({fmt::format("{}_row{}_{}", prefix, it->second, kindName(kind)), programs[0], kind,
+      set.requests.push_back({kernelSymbol(prefix, "_row", it->second, kind), programs[0], kind,
                               m.options.dtype, false, std::move(programs)});
   }
   return set;
