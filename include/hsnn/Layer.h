@@ -116,6 +116,10 @@ struct CompileInfo {
   /// The kernels came from the cache linked into one shared object (by an
   /// earlier compile, in the background) and were loaded without LLVM.
   bool linkedFromCache = false;
+  /// The front end's result (tapes, constants, printed formulas) came from
+  /// the disk cache's snapshot of an earlier compile of the same nodes, so
+  /// no formula was parsed (parseMs and diffMs are 0). Activation layers.
+  bool modelFromCache = false;
   size_t objectBytes = 0;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat
   /// a pattern and run in place by row kernels; 0 when tiles are

@@ -95,23 +95,32 @@ void addWarnings(std::vector<Diagnostic> &unused, std::vector<std::string> &warn
 } // namespace
 
 void CompiledModel::planUnits() {
+  auto addUnit = [&](uint32_t g, const double *values) {
+    CodeUnit u;
+    for (KernelKind k : tapeKinds()) {
+      const Program &p = groups[g].programs[size_t(k)];
+      u.programs[size_t(k)] = values ? &baked_.emplace_back(p.withConstants(values)) : &p;
+    }
+    units.push_back(u);
+    return uint32_t(units.size() - 1);
+  };
+  if (!options.bakeConstants) { // a unit per group, in the order nodes first use them
+    std::vector<uint32_t> unitOfGroup(groups.size(), UINT32_MAX);
+    for (uint32_t g : nodeGroup) {
+      if (unitOfGroup[g] == UINT32_MAX)
+        unitOfGroup[g] = addUnit(g, nullptr);
+      unitOf.push_back(unitOfGroup[g]);
+    }
+    return;
+  }
   std::map<std::pair<uint32_t, std::vector<double>>, uint32_t> index;
   for (size_t n = 0; n < nodeGroup.size(); ++n) {
     uint32_t g = nodeGroup[n];
-    std::vector<double> values;
-    if (options.bakeConstants) {
-      auto first = defaultParams.begin() + std::ptrdiff_t(offsets[n]);
-      values.assign(first, first + std::ptrdiff_t(groups[g].formula.constants.size()));
-    }
-    auto [it, fresh] = index.try_emplace({g, values}, uint32_t(units.size()));
-    if (fresh) {
-      CodeUnit u;
-      for (KernelKind k : tapeKinds()) {
-        const Program &p = groups[g].programs[size_t(k)];
-        u.programs[size_t(k)] = options.bakeConstants ? &baked_.emplace_back(p.withConstants(values.data())) : &p;
-      }
-      units.push_back(u);
-    }
+    auto first = defaultParams.begin() + std::ptrdiff_t(offsets[n]);
+    std::vector<double> values(first, first + std::ptrdiff_t(groups[g].formula.constants.size()));
+    auto it = index.find({g, values});
+    if (it == index.end())
+      it = index.emplace(std::pair{g, values}, addUnit(g, values.data())).first;
     unitOf.push_back(it->second);
   }
 }
@@ -151,7 +160,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
     addWarnings(unused, warnings);
     auto [it, fresh] = groupOf.try_emplace(f.expr, uint32_t(m->groups.size()));
     if (fresh)
-      m->groups.push_back({std::move(f), nullptr, {}, {}});
+      m->groups.push_back({std::move(f), nullptr, {}, {}, {}, {}});
     m->nodeGroup.push_back(it->second);
     m->offsets.push_back(m->defaultParams.size());
     auto &values = std::get<std::vector<double>>(bound);
@@ -197,7 +206,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
     return toError({*d});
   addWarnings(unused, warnings);
   m->defaultParams = std::get<std::vector<double>>(std::move(bound));
-  m->groups.push_back({std::move(f), nullptr, {}, {}});
+  m->groups.push_back({std::move(f), nullptr, {}, {}, {}, {}});
   m->nodeGroup = {0};
   m->offsets = {0};
   m->parseMs = msSince(t0);
@@ -220,14 +229,14 @@ std::string CompiledModel::describe(std::string_view engine, std::span<const Ker
   for (KernelKind k : built)
     kinds += (kinds.empty() ? "" : ", ") + std::string(kindName(k));
   for (const FormulaGroup &g : groups) {
-    formulas += (formulas.empty() ? "" : ", ") + print(g.formula.expr);
+    formulas += (formulas.empty() ? "" : ", ") + formulaString(g);
     if (formulas.size() > 200) {
       formulas = formulas.substr(0, 200) + "...";
       break;
     }
   }
-  return fmt::format("{} {} {} ({}{}): {}", engine, to_string(options.dtype), isLoss ? "loss" : "layer",
-                     isLoss ? "" : fmt::format("{}; ", to_string(options.layout)), kinds, formulas);
+  std::string what = isLoss ? kinds : std::string(to_string(options.layout)) + (kinds.empty() ? "" : "; " + kinds);
+  return fmt::format("{} {} {} ({}): {}", engine, to_string(options.dtype), isLoss ? "loss" : "layer", what, formulas);
 }
 
 } // namespace hsnn::detail

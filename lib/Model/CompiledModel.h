@@ -18,6 +18,7 @@
 #include <array>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct FormulaGroup {
   Expr derivative = nullptr;
   std::vector<Expr> constantDerivatives; ///< d/dc per constant, in formula.constants order.
   std::array<Program, kNumKernelKinds> programs;
+  /// A model from a snapshot has no expressions, only their printed forms.
+  std::string printedFormula, printedDerivative;
 };
 
 /// What an engine generates one kernel set for: a distinct formula, or with
@@ -59,6 +62,19 @@ struct CompiledModel {
                                                              const ModelOptions &options,
                                                              std::vector<std::string> &warnings);
 
+  /// Everything activation() reads, as text to key a snapshot by.
+  static std::string activationSource(const std::vector<NodeSpec> &nodes, const ModelOptions &options);
+  /// An activation model as bytes (ModelSnapshot.cpp), with the warnings
+  /// its front end gave, and back: null when the bytes are not a
+  /// well-formed snapshot of `numNodes` nodes. Its formulas print as they
+  /// did; it has no expressions.
+  std::vector<char> snapshot(const std::vector<std::string> &warnings) const;
+  static std::shared_ptr<const CompiledModel> fromSnapshot(std::span<const char> bytes, const ModelOptions &options,
+                                                           size_t numNodes, std::vector<std::string> &warnings);
+  /// A group's formula and derivative as print() writes them.
+  static std::string formulaString(const FormulaGroup &g);
+  static std::string derivativeString(const FormulaGroup &g);
+
   bool isLoss = false;
   ModelOptions options;
   std::shared_ptr<ExprContext> ctx;
@@ -69,6 +85,7 @@ struct CompiledModel {
   std::vector<CodeUnit> units;
   std::vector<uint32_t> unitOf; ///< Per node.
   double parseMs = 0, diffMs = 0;
+  bool snapshotted = false; ///< Read from a snapshot: no expressions.
 
   size_t numNodes() const { return nodeGroup.size(); }
   const FormulaGroup &group(size_t node) const { return groups[nodeGroup[node]]; }

@@ -44,8 +44,8 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
 
 Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
   std::vector<std::string> warnings;
-  auto model = detail::CompiledModel::activation(
-      nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict}, warnings);
+  auto model = detail::activationModel(nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict},
+                                       warnings);
   for (const std::string &w : warnings)
     detail::warn(w);
   if (!model)
@@ -201,13 +201,13 @@ std::string ActivationLayer::formula(size_t node) const {
   if (node >= numNodes())
     return std::string();
   const detail::FormulaGroup &g = state_->model().group(node);
-  return print(g.formula.expr, {g.formula.variable});
+  return detail::CompiledModel::formulaString(g);
 }
 std::string ActivationLayer::derivative(size_t node) const {
   if (node >= numNodes())
     return std::string();
   const detail::FormulaGroup &g = state_->model().group(node);
-  return print(g.derivative, {g.formula.variable});
+  return detail::CompiledModel::derivativeString(g);
 }
 
 } // namespace hsnn

@@ -92,10 +92,14 @@ Error checkBuffers(std::span<const BufferArg> args, const std::string &where, DT
 
 std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("cuda:{}", e.gpuId()) : "cpu"; }
 
+} // namespace
+
 CacheConfig cacheConfig() {
   RuntimeFlags flags = runtimeFlags();
   return {flags.useKernelCache, kernelCacheDir(), [](std::string_view m) { warn(m); }};
 }
+
+namespace {
 
 template <class T> constexpr DType dtypeOf() { return std::is_same_v<T, float> ? DType::F32 : DType::F64; }
 
@@ -171,6 +175,7 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
   CompileInfo &info = s->info_;
   info.parseMs = model->parseMs;
   info.diffMs = model->diffMs;
+  info.modelFromCache = model->snapshotted;
 
   std::shared_ptr<const Engine> engine;
   // Not with baked constants: constants set while the interpreter runs would be lost.

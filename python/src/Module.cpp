@@ -156,6 +156,7 @@ py::dict compileInfoDict(const CompileInfo &i) {
   d["load_ms"] = i.loadMs;
   d["cache_hit"] = i.cacheHit;
   d["linked_from_cache"] = i.linkedFromCache;
+  d["model_from_cache"] = i.modelFromCache;
   d["object_bytes"] = i.objectBytes;
   d["row_segments"] = i.rowSegments;
   return d;

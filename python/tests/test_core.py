@@ -208,6 +208,9 @@ def test_a_second_compile_loads_the_cached_kernels_with_the_same_results(tmp_pat
         hsnn.update_runtime_flags(use_kernel_cache=before["use_kernel_cache"], cache_dir=before["cache_dir"])
     info = second.compile_info()
     assert info["cache_hit"] and not first.compile_info()["cache_hit"]
+    # Nothing parsed: the front end's result came from the cache too.
+    assert info["model_from_cache"] and not first.compile_info()["model_from_cache"]
+    assert second.formula(0) == first.formula(0) and second.derivative(1) == first.derivative(1)
     # Linked into one shared object where a linker runs: loaded from inside an
     # extension module (RTLD_LOCAL), it still finds libmvec's functions.
     assert info["linked_from_cache"] == bool(hsnn.runtime_info()["cache_linker"])
