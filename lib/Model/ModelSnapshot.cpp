@@ -26,7 +26,10 @@ constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'M', 'D', 'L', '1'};
 class Writer {
 public:
   std::string bytes;
-  void raw(const void *p, size_t n) { bytes.append(static_cast<const char *>(p), n); }
+  void raw(const void *p, size_t n) {
+    if (n) // an empty vector's data() may be null
+      bytes.append(static_cast<const char *>(p), n);
+  }
   void u64(uint64_t v) { raw(&v, 8); }
   void u32(uint32_t v) { raw(&v, 4); }
   void f64(double v) { raw(&v, 8); }
@@ -43,6 +46,8 @@ public:
   bool ok() const { return ok_; }
   bool atEnd() const { return ok_ && at_ == b_.size(); }
   void raw(void *p, size_t n) {
+    if (n == 0) // an empty vector's data() may be null
+      return;
     if (!ok_ || b_.size() - at_ < n) {
       ok_ = false;
       std::memset(p, 0, n);
