@@ -8,7 +8,16 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #if __has_include(<sys/platform/x86.h>)
-#include <sys/platform/x86.h> // glibc >= 2.33: the leaves it read at start-up
+// glibc >= 2.33: the leaves it read at start-up. The header is C (its inline
+// helpers return _Bool, which clang's C++ does not accept); only its struct
+// and one function are used here.
+#if defined(__clang__)
+#define _Bool bool
+#endif
+#include <sys/platform/x86.h>
+#if defined(__clang__)
+#undef _Bool
+#endif
 #define HSNN_GLIBC_CPUID_LEAVES 1
 #endif
 #endif

@@ -9,6 +9,13 @@
 #include <map>
 #include <unordered_map>
 
+namespace hsnn {
+// Here, not with the other names in Runtime.cpp: the model (below the
+// runtime) prints them, and a static library must not need one above it.
+std::string_view to_string(DType d) { return d == DType::F32 ? "f32" : "f64"; }
+std::string_view to_string(Layout l) { return l == Layout::NodesMajor ? "nodes_major" : "batch_major"; }
+} // namespace hsnn
+
 namespace hsnn::detail {
 namespace {
 

@@ -97,8 +97,6 @@ State &state() {
 
 } // namespace
 
-std::string_view to_string(DType d) { return d == DType::F32 ? "f32" : "f64"; }
-std::string_view to_string(Layout l) { return l == Layout::NodesMajor ? "nodes_major" : "batch_major"; }
 std::string_view to_string(Reduction r) { return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none"; }
 std::string_view to_string(Method m) {
   switch (m) {
