@@ -148,6 +148,13 @@ if [ -n "${2:-}" ]; then
   if [ "$got" = "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); printf 'FAIL info gpus\n--- got\n%s\n--- want\n%s\n' "$got" "$want"; fi
 fi
 
+# The bench's same-run layout ratio: W1's two layers timed alternately (2 x --reps pairs), in the JSON beside
+# the per-variant rows. Builds with the JIT only (the interpreter would take minutes).
+if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then
+  got=$("$J" bench --workload W1 --dtype f32 --reps 1 --json | tr -d '\n' | grep -o '"layout_ratios": \[ *{"workload": "W1", "kind": "forward", "dtype": "f32", "batch_over_nodes": [0-9.]*, "pairs": 2}\]')
+  if [ -n "$got" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL bench layout_ratios"; fi
+fi
+
 # A process that compiles once and exits leaves its layer linked into one shared object (exit lets the
 # background link finish), and leaves no link files behind; the next process loads it. Builds with the JIT only.
 if "$J" info --json | grep -q '"cpu_jit_enabled": true' && "$J" info | grep -q '^cache linker:   /'; then

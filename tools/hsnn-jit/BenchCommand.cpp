@@ -44,7 +44,9 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   W1  heterogeneous layer forward, 65536 x 256, node j uses formula j % 8 of
       relu, sigmoid, tanh, gelu, silu, softplus, sin(num), 0.5*num+0.1;
       batch_major and nodes_major
-  W2  the same layer backward (delta = err * f'(z)) and fused
+  W2  the same layer backward (delta = err * f'(z)) and fused; then for each
+      kind, batch_major time / nodes_major time with the two layers' calls
+      alternating (median over 2 x --reps pairs)
   W3  gelu alone, forward and backward
   W4  losses mse, huber, bce: mean forward, gradient, fused
   math  one math function per row (exp, log, log1p, tanh, sin, erf, erfc,
@@ -77,6 +79,16 @@ template <class T> void streamTriad(const T *b, const T *c, T *a, size_t n) {
   });
 }
 
+// batch_major time / nodes_major time of one kernel kind, the two layers'
+// calls alternating (each pair in both orders): what the issue's "within
+// 1.1x in the same run" asks, without the drift between two medians taken
+// seconds apart.
+struct LayoutRatio {
+  std::string workload, kind, dtype;
+  double ratio = 0;
+  int pairs = 0;
+};
+
 struct CompileResult {
   double coldMs = 0, emitMs = 0, optimizeMs = 0, codegenMs = 0, cacheHitMs = 0, processStartMs = 0, interpW1Ms = 0;
   double trivialProcessMs = 0; ///< The reference: /bin/true started the same way, in the same run.
@@ -87,7 +99,8 @@ struct CompileResult {
 
 template <class T> class Bench {
 public:
-  Bench(const BenchOptions &o, std::vector<Result> &out) : o_(o), out_(out) {}
+  Bench(const BenchOptions &o, std::vector<Result> &out, std::vector<LayoutRatio> &ratios)
+      : o_(o), out_(out), ratios_(ratios) {}
 
   std::optional<Error> run() {
     std::string w = o_.workload;
@@ -169,6 +182,49 @@ private:
       bool fwd = o_.workload != "W2", bwd = o_.workload != "W1";
       if (auto e = activation(w1Nodes(), layout, kBatch, z, err, fwd ? "W1" : "", bwd ? "W2" : "", " " + lay))
         return e;
+    }
+    return layoutRatios(z, err);
+  }
+
+  // LayoutRatio for each kind of W1/W2 (outputs were checked above).
+  std::optional<Error> layoutRatios(const std::vector<T> &z, const std::vector<T> &err) {
+    auto compile = [&](Layout l) { return ActivationLayer::compile(w1Nodes(), {.method = o_.method, .dtype = kDType, .layout = l}); };
+    auto batch = compile(Layout::BatchMajor), nodes = compile(Layout::NodesMajor);
+    if (!batch)
+      return batch.error();
+    if (!nodes)
+      return nodes.error();
+    std::vector<T> a(kElements), d(kElements);
+    using Call = std::function<Error(const ActivationLayer &)>;
+    std::vector<std::tuple<const char *, const char *, Call>> kinds;
+    if (o_.workload != "W2")
+      kinds.emplace_back("W1", "forward", [&](const ActivationLayer &l) { return l.forward(z, a, kBatch); });
+    if (o_.workload != "W1") {
+      kinds.emplace_back("W2", "backward", [&](const ActivationLayer &l) { return l.backward(z, err, d, kBatch); });
+      kinds.emplace_back("W2", "fused", [&](const ActivationLayer &l) { return l.fused(z, a, d, kBatch); });
+    }
+    for (auto &[workload, kind, call] : kinds) {
+      Error failed;
+      auto timed = [&](const ActivationLayer &l) {
+        auto t0 = Clock::now();
+        if (Error e = call(l); e && !failed)
+          failed = std::move(e);
+        return msSince(t0);
+      };
+      timed(*batch), timed(*nodes); // warm-up
+      std::vector<double> r;
+      for (int i = 0; i < 2 * o_.reps; ++i) {
+        double tb, tn;
+        if (i % 2)
+          tn = timed(*nodes), tb = timed(*batch);
+        else
+          tb = timed(*batch), tn = timed(*nodes);
+        r.push_back(tb / tn);
+      }
+      if (failed)
+        return failed;
+      std::sort(r.begin(), r.end());
+      ratios_.push_back({workload, kind, std::string(to_string(kDType)), r[r.size() / 2], int(r.size())});
     }
     return std::nullopt;
   }
@@ -275,6 +331,7 @@ private:
 
   const BenchOptions &o_;
   std::vector<Result> &out_;
+  std::vector<LayoutRatio> &ratios_;
   std::vector<T> s0_, s1_, s2_;
 };
 
@@ -466,6 +523,7 @@ int runBench(std::span<const std::string_view> args) {
   if (o.threads)
     limit.emplace(tbb::global_control::max_allowed_parallelism, o.threads);
   std::vector<Result> results;
+  std::vector<LayoutRatio> ratios;
   CompileResult compile;
   GpuCompileResult gpuCompile;
   bool gpu = o.device != "cpu";
@@ -485,7 +543,7 @@ int runBench(std::span<const std::string_view> args) {
       if (auto e = compileWorkload(o, compile))
         return failed(*e);
     for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
-      std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results).run() : Bench<double>(o, results).run();
+      std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results, ratios).run() : Bench<double>(o, results, ratios).run();
       if (e)
         return failed(*e);
     }
@@ -510,6 +568,14 @@ int runBench(std::span<const std::string_view> args) {
                  i ? "," : "", r.workload, r.variant, r.dtype, r.ms, r.gbps, r.streamMs, r.xLimit);
     }
     fmt::print("\n]");
+    if (!ratios.empty()) {
+      fmt::print(", \"layout_ratios\": [");
+      for (size_t i = 0; i < ratios.size(); ++i)
+        fmt::print("{}\n  {{\"workload\": \"{}\", \"kind\": \"{}\", \"dtype\": \"{}\", \"batch_over_nodes\": {:.3f}, "
+                   "\"pairs\": {}}}",
+                   i ? "," : "", ratios[i].workload, ratios[i].kind, ratios[i].dtype, ratios[i].ratio, ratios[i].pairs);
+      fmt::print("\n]");
+    }
     if (compile.ran)
       fmt::print(", \"compile\": {{\"cold_ms\": {:.3f}, \"emit_ms\": {:.3f}, \"optimize_ms\": {:.3f}, \"codegen_ms\": {:.3f}, "
                  "\"cache_hit_ms\": {:.3f}, \"cache_hit_linked\": {}, \"process_start_ms\": {:.3f}, "
@@ -532,6 +598,12 @@ int runBench(std::span<const std::string_view> args) {
   for (const Result &r : results)
     fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
                r.streamMs, r.xLimit);
+  if (!ratios.empty()) {
+    fmt::print("batch_major / nodes_major, the layers' calls alternating (median of {} pairs):", ratios[0].pairs);
+    for (const LayoutRatio &r : ratios)
+      fmt::print(" {} {} {} {:.3f};", r.workload, r.kind, r.dtype, r.ratio);
+    fmt::print("\n");
+  }
   if (compile.ran)
     fmt::print("compile (W1 layer, 256 nodes, forward+backward; fused kernels build at first use): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "
                "codegen {:.2f}); cache hit in a fresh process {:.2f} ms{} (+ {:.1f} ms process start; /bin/true {:.1f} ms); "
