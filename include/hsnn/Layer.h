@@ -117,8 +117,8 @@ struct CompileInfo {
   /// earlier compile, in the background) and were loaded without LLVM.
   bool linkedFromCache = false;
   /// The front end's result (tapes, constants, printed formulas) came from
-  /// the disk cache's snapshot of an earlier compile of the same nodes, so
-  /// no formula was parsed (parseMs and diffMs are 0). Activation layers.
+  /// the disk cache's snapshot of an earlier compile of the same formulas,
+  /// so no formula was parsed (parseMs and diffMs are 0).
   bool modelFromCache = false;
   size_t objectBytes = 0;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat

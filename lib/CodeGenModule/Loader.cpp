@@ -30,6 +30,7 @@ namespace {
 
 constexpr const char *kFileName = "libhsnn-codegen.so";
 
+#if HSNN_HAS_CODEGEN_MODULE // the search; builds without code generators look for nothing
 std::string directoryOf(const std::string &path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
@@ -74,12 +75,15 @@ bool isFile(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+#endif
+
 struct Loaded {
   const CodeGenModule *module = nullptr;
   std::string path;
   Error failure;
 };
 
+#if HSNN_HAS_CODEGEN_MODULE
 // Opens one candidate; on failure says why and closes it again.
 const CodeGenModule *open(const std::string &path, std::string &why) {
   void *handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -109,6 +113,7 @@ const CodeGenModule *open(const std::string &path, std::string &why) {
   ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   return m;
 }
+#endif
 
 const Loaded &loaded() {
   static const Loaded *state = [] {

@@ -243,7 +243,8 @@ std::string CompiledModel::describe(std::string_view engine, std::span<const Ker
     }
   }
   std::string what = isLoss ? kinds : std::string(to_string(options.layout)) + (kinds.empty() ? "" : "; " + kinds);
-  return fmt::format("{} {} {} ({}): {}", engine, to_string(options.dtype), isLoss ? "loss" : "layer", what, formulas);
+  return fmt::format("{} {} {}{}: {}", engine, to_string(options.dtype), isLoss ? "loss" : "layer",
+                     what.empty() ? "" : " (" + what + ")", formulas);
 }
 
 } // namespace hsnn::detail

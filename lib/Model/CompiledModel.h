@@ -62,12 +62,14 @@ struct CompiledModel {
                                                              const ModelOptions &options,
                                                              std::vector<std::string> &warnings);
 
-  /// Everything activation() reads, as text to key a snapshot by.
+  /// Everything activation() or loss() reads, as text to key a snapshot by.
   static std::string activationSource(const std::vector<NodeSpec> &nodes, const ModelOptions &options);
-  /// An activation model as bytes (ModelSnapshot.cpp), with the warnings
-  /// its front end gave, and back: null when the bytes are not a
-  /// well-formed snapshot of `numNodes` nodes. Its formulas print as they
-  /// did; it has no expressions.
+  static std::string lossSource(std::string_view formula, const std::map<std::string, double> &constants,
+                                const ModelOptions &options);
+  /// A model as bytes (ModelSnapshot.cpp), with the warnings its front end
+  /// gave, and back: null when the bytes are not a well-formed snapshot of
+  /// `numNodes` nodes (a loss: 1). Its formulas print as they did; it has no
+  /// expressions.
   std::vector<char> snapshot(const std::vector<std::string> &warnings) const;
   static std::shared_ptr<const CompiledModel> fromSnapshot(std::span<const char> bytes, const ModelOptions &options,
                                                            size_t numNodes, std::vector<std::string> &warnings);

@@ -2,7 +2,8 @@
 //
 // A cache hit in a fresh process spent most of its time in the front end
 // (parsing, simplifying and differentiating formulas whose kernels were on
-// disk already): code run once per process, so cold. The snapshot keeps
+// disk already): code run once per process, so cold. The snapshot of a
+// layer or a loss keeps
 // what engines and the layer read after the front end: the tapes, the
 // constants' names, defaults and domains, the per-node tables, the printed
 // formulas and derivatives and the warnings. Expressions are not kept (only
@@ -168,25 +169,43 @@ std::string CompiledModel::derivativeString(const FormulaGroup &g) {
   return g.derivative ? print(g.derivative, {g.formula.variable}) : g.printedDerivative;
 }
 
-std::string CompiledModel::activationSource(const std::vector<NodeSpec> &nodes, const ModelOptions &options) {
-  Writer w;
+namespace {
+void writeSource(Writer &w, bool loss, const ModelOptions &options, size_t nodes) {
   w.u32(uint32_t(options.dtype) | uint32_t(options.layout) << 8 | uint32_t(options.bakeConstants) << 16 |
         uint32_t(options.strict) << 24);
-  w.u64(nodes.size());
-  for (const NodeSpec &n : nodes) {
-    w.str(n.formula);
-    w.u64(n.constants.size());
-    for (const auto &[name, value] : n.constants) {
-      w.str(name);
-      w.f64(value);
-    }
+  w.u32(loss);
+  w.u64(nodes);
+}
+void writeNode(Writer &w, std::string_view formula, const std::map<std::string, double> &constants) {
+  w.str(formula);
+  w.u64(constants.size());
+  for (const auto &[name, value] : constants) {
+    w.str(name);
+    w.f64(value);
   }
+}
+} // namespace
+
+std::string CompiledModel::activationSource(const std::vector<NodeSpec> &nodes, const ModelOptions &options) {
+  Writer w;
+  writeSource(w, false, options, nodes.size());
+  for (const NodeSpec &n : nodes)
+    writeNode(w, n.formula, n.constants);
+  return std::move(w.bytes);
+}
+
+std::string CompiledModel::lossSource(std::string_view formula, const std::map<std::string, double> &constants,
+                                      const ModelOptions &options) {
+  Writer w;
+  writeSource(w, true, options, 1);
+  writeNode(w, formula, constants);
   return std::move(w.bytes);
 }
 
 std::vector<char> CompiledModel::snapshot(const std::vector<std::string> &warnings) const {
   Writer w;
   w.raw(kMagic, 8);
+  w.u32(isLoss);
   w.u64(groups.size());
   for (const FormulaGroup &g : groups) {
     const Formula &f = g.formula;
@@ -235,11 +254,15 @@ std::shared_ptr<const CompiledModel> CompiledModel::fromSnapshot(std::span<const
     return nullptr;
   auto m = std::make_shared<CompiledModel>();
   m->options = options;
+  uint32_t loss = r.u32();
+  if (loss > 1)
+    return nullptr;
+  m->isLoss = loss;
   size_t numGroups = r.count(64);
   for (size_t gi = 0; gi < numGroups; ++gi) {
     FormulaGroup &g = m->groups.emplace_back();
     Formula &f = g.formula;
-    f.mode = FormulaMode::Activation;
+    f.mode = loss ? FormulaMode::Loss : FormulaMode::Activation;
     f.text = r.str();
     f.variable = r.str();
     g.printedFormula = r.str();
@@ -260,7 +283,7 @@ std::shared_ptr<const CompiledModel> CompiledModel::fromSnapshot(std::span<const
     }
     for (KernelKind k : m->tapeKinds()) {
       std::optional<Program> p = readProgram(r);
-      if (!p || !wellFormed(*p, f.constants.size(), false))
+      if (!p || !wellFormed(*p, f.constants.size(), loss))
         return nullptr;
       g.programs[size_t(k)] = std::move(*p);
     }
@@ -268,7 +291,7 @@ std::shared_ptr<const CompiledModel> CompiledModel::fromSnapshot(std::span<const
       return nullptr;
   }
   size_t nodes = r.count(12);
-  if (nodes != numNodes || numGroups == 0)
+  if (nodes != numNodes || numGroups == 0 || (loss && numGroups != 1))
     return nullptr;
   for (size_t n = 0; n < nodes; ++n) {
     m->nodeGroup.push_back(r.u32());

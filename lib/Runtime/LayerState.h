@@ -26,12 +26,15 @@ namespace hsnn::detail {
 /// The disk cache as the runtime flags set it, warnings to the handler.
 CacheConfig cacheConfig();
 
-/// The front end's model of an activation layer, from the disk cache's
-/// snapshot of an earlier compile of the same nodes when there is one
-/// (ModelCache.cpp); warnings are appended either way.
+/// The front end's model of an activation layer or a loss, from the disk
+/// cache's snapshot of an earlier compile of the same formulas when there is
+/// one (ModelCache.cpp); warnings are appended either way.
 Expected<std::shared_ptr<const CompiledModel>> activationModel(const std::vector<NodeSpec> &nodes,
                                                                const ModelOptions &options,
                                                                std::vector<std::string> &warnings);
+Expected<std::shared_ptr<const CompiledModel>> lossModel(std::string_view formula,
+                                                         const std::map<std::string, double> &constants,
+                                                         const ModelOptions &options, std::vector<std::string> &warnings);
 
 /// The options ActivationLayer and Loss have in common, read once.
 struct EngineRequest {

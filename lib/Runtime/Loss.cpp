@@ -32,8 +32,8 @@ Expected<Loss> Loss::compile(std::string_view text, const std::map<std::string, 
 Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::string, double> &constants,
                                  const LossOptions &options) {
   std::vector<std::string> warnings;
-  auto model = detail::CompiledModel::loss(
-      text, constants, {options.dtype, Layout::NodesMajor, options.bakeConstants, runtimeFlags().strict}, warnings);
+  auto model = detail::lossModel(text, constants,
+                                 {options.dtype, Layout::NodesMajor, options.bakeConstants, runtimeFlags().strict}, warnings);
   for (const std::string &w : warnings)
     detail::warn(w);
   if (!model)
@@ -179,11 +179,11 @@ std::vector<std::string> Loss::constantNames() const {
 }
 std::string Loss::formula() const {
   HSNN_STATE_OR({})
-  return print(state_->model().groups[0].formula.expr);
+  return detail::CompiledModel::formulaString(state_->model().groups[0]);
 }
 std::string Loss::derivative() const {
   HSNN_STATE_OR({})
-  return print(state_->model().groups[0].derivative);
+  return detail::CompiledModel::derivativeString(state_->model().groups[0]);
 }
 
 } // namespace hsnn

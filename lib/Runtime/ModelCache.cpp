@@ -2,8 +2,8 @@
 //
 // A compile whose kernels are cached still ran the front end to find their
 // key: in a fresh process most of such a hit (~0.8 of 1.7-2 ms here, cold
-// code). An activation layer's model is kept beside its kernels, keyed by
-// what the front end reads (the nodes' texts and constants, the options)
+// code). A layer's or loss's model is kept beside its kernels, keyed by
+// what the front end reads (the formulas' texts and constants, the options)
 // and by a hash of the front end's own sources (FrontEndToken.h), so a
 // snapshot never outlives the code that made it. A snapshot that does not
 // read back whole is a miss: the front end runs and rewrites it.
@@ -12,28 +12,48 @@
 
 #include "FrontEndToken.h"
 
+#include <functional>
+
 namespace hsnn::detail {
 
-Expected<std::shared_ptr<const CompiledModel>> activationModel(const std::vector<NodeSpec> &nodes,
-                                                               const ModelOptions &options,
-                                                               std::vector<std::string> &warnings) {
+namespace {
+
+using ModelResult = Expected<std::shared_ptr<const CompiledModel>>;
+
+// The model for `source` from its snapshot, else from `frontEnd` (then
+// stored).
+ModelResult cachedModel(const std::string &source, bool loss, size_t numNodes, const ModelOptions &options,
+                        std::vector<std::string> &warnings, const std::function<ModelResult()> &frontEnd) {
   CacheConfig config = cacheConfig();
   std::optional<ObjectCache> cache = config.enabled ? ObjectCache::open(config) : std::nullopt;
   if (!cache)
-    return CompiledModel::activation(nodes, options, warnings);
+    return frontEnd();
   CacheKey key = CacheKeyBuilder()
-                     .add("format", "hsnn-model-snapshot-1")
+                     .add("format", "hsnn-model-snapshot-2")
                      .add("front-end", HSNN_FRONT_END_TOKEN)
-                     .add("source", CompiledModel::activationSource(nodes, options))
+                     .add("source", source)
                      .finish();
   if (std::optional<std::vector<char>> bytes = cache->load(CacheCategory::Cpu, key))
-    if (auto m = CompiledModel::fromSnapshot(*bytes, options, nodes.size(), warnings))
+    if (auto m = CompiledModel::fromSnapshot(*bytes, options, numNodes, warnings); m && m->isLoss == loss)
       return m;
-  auto m = CompiledModel::activation(nodes, options, warnings);
+  ModelResult m = frontEnd();
   if (m)
-    cache->store(CacheCategory::Cpu, key, (*m)->snapshot(warnings),
-                 (*m)->describe("front end of a", {}), false);
+    cache->store(CacheCategory::Cpu, key, (*m)->snapshot(warnings), (*m)->describe("front end of a", {}), false);
   return m;
+}
+
+} // namespace
+
+ModelResult activationModel(const std::vector<NodeSpec> &nodes, const ModelOptions &options,
+                            std::vector<std::string> &warnings) {
+  return cachedModel(CompiledModel::activationSource(nodes, options), false, nodes.size(), options, warnings,
+                     [&] { return CompiledModel::activation(nodes, options, warnings); });
+}
+
+ModelResult lossModel(std::string_view formula, const std::map<std::string, double> &constants,
+                      const ModelOptions &options, std::vector<std::string> &warnings) {
+  return cachedModel(CompiledModel::lossSource(formula, constants, options), true, 1, options, warnings,
+                     [&] { return CompiledModel::loss(formula, constants, options, warnings); });
 }
 
 } // namespace hsnn::detail

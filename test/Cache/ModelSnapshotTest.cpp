@@ -10,6 +10,7 @@
 #include "Program/Interpreter.h"
 
 #include <cmath>
+#include <map>
 #include <cstring>
 #include <random>
 
@@ -99,6 +100,42 @@ TEST_CASE("a second compile reads the front end's result from the cache: same fo
     REQUIRE_FALSE(static_cast<bool>(second->setConstant(1, "alpha", 0.75)));
     expectSameLayer(*first, *second);
   }
+}
+
+TEST_CASE("a loss reads its front end's result from the cache too, domains included") {
+  TempCache cache;
+  auto compile = [](std::string_view f, std::map<std::string, double> c) {
+    return Loss::compile(f, c, {.method = Method::CpuInterp, .dtype = DType::F64});
+  };
+  auto first = compile("huber", {{"delta", 0.7}});
+  REQUIRE(first);
+  CHECK_FALSE(first->compileInfo().modelFromCache);
+  auto second = compile("huber", {{"delta", 0.7}});
+  REQUIRE(second);
+  CHECK(second->compileInfo().modelFromCache);
+  CHECK(second->formula() == first->formula());
+  CHECK(second->derivative() == first->derivative());
+  CHECK(second->constantNames() == first->constantNames());
+  std::vector<double> yp(101), yt(101), g1(101), g2(101);
+  for (size_t i = 0; i < yp.size(); ++i)
+    yp[i] = double(i) * 0.05 - 2.5, yt[i] = double(i % 9) * 0.3 - 1;
+  auto l1 = first->forward(yp, yt), l2 = second->forward(yp, yt);
+  REQUIRE(l1);
+  REQUIRE(l2);
+  CHECK(std::memcmp(&*l1, &*l2, 8) == 0);
+  REQUIRE_FALSE(static_cast<bool>(first->gradient(yp, yt, g1)));
+  REQUIRE_FALSE(static_cast<bool>(second->gradient(yp, yt, g2)));
+  CHECK(std::memcmp(g1.data(), g2.data(), g1.size() * 8) == 0);
+  // huber's delta must stay > 0: the domain came back with the snapshot.
+  Error e = second->setConstant("delta", -1);
+  REQUIRE(static_cast<bool>(e));
+  CHECK(e.message() == first->setConstant("delta", -1).message());
+  // An activation layer of the same text is another key (and another mode).
+  auto layer = ActivationLayer::compile({{"tanh", {}}}, {.method = Method::CpuInterp});
+  REQUIRE(layer);
+  auto tanhLoss = compile("(y_pred - y_true)**2", {});
+  REQUIRE(tanhLoss);
+  CHECK_FALSE(tanhLoss->compileInfo().modelFromCache);
 }
 
 TEST_CASE("a snapshot answers only the same nodes and options") {
