@@ -33,9 +33,13 @@ ModelResult cachedModel(const std::string &source, bool loss, size_t numNodes, c
                      .add("front-end", HSNN_FRONT_END_TOKEN)
                      .add("source", source)
                      .finish();
-  if (std::optional<std::vector<char>> bytes = cache->load(CacheCategory::Cpu, key))
-    if (auto m = CompiledModel::fromSnapshot(*bytes, options, numNodes, warnings); m && m->isLoss == loss)
+  if (std::optional<std::vector<char>> bytes = cache->load(CacheCategory::Cpu, key)) {
+    std::vector<std::string> said; // the snapshot's warnings, given only if it is used
+    if (auto m = CompiledModel::fromSnapshot(*bytes, options, numNodes, said); m && m->isLoss == loss) {
+      warnings.insert(warnings.end(), said.begin(), said.end());
       return m;
+    }
+  }
   ModelResult m = frontEnd();
   if (m)
     cache->store(CacheCategory::Cpu, key, (*m)->snapshot(warnings), (*m)->describe("front end of a", {}), false);
