@@ -8,6 +8,8 @@
 #include "Model/KernelRequests.h"
 #include "hsnn/Version.h"
 
+#include "CodeGenToken.h"
+
 #include <algorithm>
 #include <functional>
 #include <fmt/format.h>
@@ -27,8 +29,9 @@ constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
 constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
 
-// Bump it whenever the emitter or pipeline changes the code it makes.
-constexpr const char *kObjectFormat = "hsnn-host-object-14";
+// Bump it when the objects' layout or entry points change; the code
+// generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
+constexpr const char *kObjectFormat = "hsnn-host-object-15";
 
 // What the requests compile to on a given target: the tapes (the canonical
 // form of the formulas after simplification and differentiation), kernel
@@ -54,6 +57,7 @@ void addRequests(CacheKeyBuilder &k, std::span<const KernelRequest> requests, co
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
   k.add("format", kObjectFormat)
+      .add("code-generator", HSNN_CODEGEN_TOKEN)
       .add("hsnn", HSNN_VERSION)
       .add("llvm", t.llvmVersion)
       .add("triple", t.triple)
@@ -76,6 +80,7 @@ std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, c
   CacheKeyBuilder k;
   k.add("format", "hsnn-linked-4") // 4: libmvec and libm are DT_NEEDED
       .add("object-format", kObjectFormat)
+      .add("code-generator", HSNN_CODEGEN_TOKEN)
       .add("hsnn", HSNN_VERSION)
       .add("llvm", HostJIT::llvmVersion())
       .add("host", host.fingerprint)

@@ -7,6 +7,8 @@
 
 #include "hsnn/Version.h"
 
+#include "CodeGenToken.h"
+
 #if HSNN_HAS_NVPTX
 #include "PTXCompiler.h"
 #endif
@@ -49,8 +51,8 @@ Expected<const GpuDevice *> deviceInfo(int device) {
 CacheKey moduleKey(const GpuModuleSpec &spec, const GpuBuildOptions &options, const std::string &arch,
                    const GpuDevice &dev, const CudaDriver &d) {
   CacheKeyBuilder k;
-  // Bump the format whenever the GPU kernels change the code they make.
   k.add("format", "hsnn-gpu-module-2")
+      .add("code-generator", HSNN_CODEGEN_TOKEN)
       .add("hsnn", HSNN_VERSION)
       .add("generator", ptxGeneratorId())
       .add("arch", arch)
