@@ -105,6 +105,16 @@ std::vector<Shape> shapes() {
   // also in the block bits (f64): each shuffle plan of RowKernel.cpp.
   periodic("period 2, 45 periods", 2, 45, 0);
   periodic("period 4, 19 periods", 4, 19, 3);
+  // Formulas without vector math calls: passes of several blocks in f64
+  // too (f64's exp, erfc, tanh are calls, which keep the others at one).
+  Shape inlineOnly{"period 4 of inline formulas, 29 periods", {}};
+  const std::vector<std::string> g = {"Piecewise((num, num > 0), (alpha*num, True))",
+                                      "(num*num + alpha)*(num - beta)/(1 + num*num)", "Max(num, beta)*alpha + num",
+                                      "Abs(num - alpha)*num + beta*num*num"};
+  for (size_t q = 0; q < 29; ++q)
+    for (size_t k = 0; k < g.size(); ++k)
+      inlineOnly.nodes.push_back(node(g[k], inlineOnly.nodes.size()));
+  out.push_back(std::move(inlineOnly));
   Shape runs{"runs of one formula", {}};
   for (size_t k = 0; k < 4; ++k)
     for (size_t i = 0; i < 19 + 7 * k; ++i)
