@@ -266,14 +266,13 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   // dependency chains (gelu's erfc, inline exp) that out-of-order execution
   // does not overlap with the next block's, so the pass's copies of a slot
   // are emitted side by side (W1 f32 forward, one thread, 2^24 elements,
-  // batch/nodes-major time: 1.12-1.37 one block a pass, 1.03-1.13 two,
-  // 1.01-1.05 four, two rows' blocks in a pass). A row's
-  // partial block runs alone, through stack buffers with masked copies, as
-  // soon as its full blocks are done, so the streams stay sequential for
-  // the prefetchers (blocks taken down the rows, 1 KiB apart, measured
-  // 3-7x slower: every load a miss). Plain vector loads and stores
-  // elsewhere: AVX-512 masked ones measured 3x slower on Zen 4 even with
-  // every lane set.
+  // batch/nodes-major time: 1.12-1.37 one block a pass, 1.01-1.09 four).
+  // A row's partial block runs alone, through stack buffers with masked
+  // copies, as soon as its full blocks are done, so the streams stay
+  // sequential for the prefetchers (blocks taken down the rows, 1 KiB
+  // apart, measured 3-7x slower: every load a miss). Plain vector loads and
+  // stores elsewhere: AVX-512 masked ones measured 3x slower on Zen 4 even
+  // with every lane set.
   Value *fullPerRow = b.CreateUDiv(periods, b.getInt64(lanes));
   Value *fullEnd = b.CreateMul(fullPerRow, b.getInt64(lanes));
   Value *partialPeriods = b.CreateSub(periods, fullEnd);
@@ -320,7 +319,8 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         in[k][a] = deinterleave(b, std::move(loaded), lanes, elemBits);
       }
     // Per block, per output array (2: out0, 3: out1), per slot, its vector.
-    std::vector<std::array<std::vector<Value *>, 2>> outs(blocks.size(), {std::vector<Value *>(P), std::vector<Value *>(P)});
+    std::vector<std::array<std::vector<Value *>, 2>> outs(blocks.size(),
+                                                          {std::vector<Value *>(P), std::vector<Value *>(P)});
     for (unsigned s : order)
       for (size_t k = 0; k < blocks.size(); ++k) {
         std::vector<Value *> slot;
@@ -502,7 +502,6 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   for (auto [phi, next] : {std::pair{done, latchDone}, {row, latchRow}, {q, latchQ}, {pendingRow, latchPending}})
     phi->addIncoming(next, latch);
   markNotVectorizable(b.CreateBr(head));
-
 
   b.SetInsertPoint(exit);
   b.CreateRetVoid();
