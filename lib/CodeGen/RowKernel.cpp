@@ -147,9 +147,10 @@ unsigned roundBit(const BitLayout &a, const BitLayout &b) {
 // Full blocks a pass of the row kernel's loop runs, their slots side by
 // side (emitRowKernel).
 constexpr unsigned kBlocksPerPass = 4;
-// Instructions per vector math call in a block's tapes from which passes of
-// kBlocksPerPass pay.
-constexpr size_t kInstructionsPerCall = 16;
+// When passes of kBlocksPerPass pay: from this many instructions per vector
+// math call in a block's tapes, and up to this many calls times slots (each
+// call spills every vector live across it, up to P a block).
+constexpr size_t kInstructionsPerCall = 16, kMaxCallsTimesSlots = 32;
 
 // What one block's tapes cost: the instructions they emit, and how many of
 // those are calls to functions (vector math; intrinsics are not).
@@ -459,11 +460,15 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   }
   // As many blocks a pass as pays: interleaving lets the inline chains of
   // one block run beside another's, but every vector live across a vector
-  // math call is spilled, and a pass holds each block's. W1 forward, one
-  // thread, in L2, batch/nodes-major time: f32, 3 calls among a block's
-  // 174 tape instructions: 1.21 one block a pass, 1.18 two, 1.15 four; f64,
-  // whose exp and erfc are calls too, 7 among 45: 0.97, 0.96, 1.03.
-  const unsigned perPass = cost.instructions >= kInstructionsPerCall * (cost.calls + 1) ? kBlocksPerPass : 1;
+  // math call is spilled, and a pass holds each block's. One thread,
+  // batch/nodes-major time: W1 forward f32 (8 slots, 3 calls among a
+  // block's 174 tape instructions), in L2, 1.21 one block a pass, 1.18 two,
+  // 1.15 four; f64 (exp and erfc are calls too: 7 among 45) 0.97, 0.96,
+  // 1.03; 16 slots of the row kernel tests' formulas (f32, 12 calls among
+  // 298), 2^24 elements: 1.06-1.09 one, 1.40-1.42 two or four.
+  const bool longChains = cost.instructions >= kInstructionsPerCall * (cost.calls + 1);
+  const bool fewSpills = cost.calls * P <= kMaxCallsTimesSlots;
+  const unsigned perPass = longChains && fewSpills ? kBlocksPerPass : 1;
   b.SetInsertPoint(fullBlocks);
   Value *fullLeft = b.CreateSub(totalFull, done);
   if (perPass == 1) {
