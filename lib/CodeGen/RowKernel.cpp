@@ -338,13 +338,15 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         io.store = [&, k, s](Value *v, unsigned arg) { outs[k][arg - 2][s] = v; };
         // A backward tape's output is f'(z): stored as a forward kernel would.
         KernelKind kind = backward ? KernelKind::Forward : r.kind;
-        size_t before = cost ? fn->getInstructionCount() : 0, callsBefore = cost ? callsIn(*fn) : 0;
+        size_t before = cost ? fn->getInstructionCount() : 0;
         llvm::Expected<Value *> done = lowering.element(b, kind, *r.rowSlots[s], slot, io, nullptr);
         if (!done)
           return done.takeError();
         if (cost) {
           cost->instructions += fn->getInstructionCount() - before;
-          cost->slotCalls[s] = callsIn(*fn) - callsBefore;
+          size_t calls = callsIn(*fn); // the function holds this one copy of the tapes
+          cost->slotCalls[s] = calls - cost->calls;
+          cost->calls = calls;
         }
       }
     // Stored vector v, lane l is element e = v*lanes + l: slot e % P, lane e / P.
@@ -438,7 +440,6 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   cost.slotCalls.resize(P);
   if (llvm::Error e = emitBlocks({single}, slotOrder, &cost))
     return e;
-  cost.calls = callsIn(*fn);
   b.CreateCondBr(isFull, oneDone, tailOut);
 
   b.SetInsertPoint(tailOut);
