@@ -27,7 +27,10 @@ constexpr size_t kMinPerChunk = 1, kSmallChunks = 4, kMaxPerChunk = 128;
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
-constexpr size_t kRowTaskElements = 65536; // batch-major elements per row-kernel call
+// Batch-major elements per row-kernel call: a nodes-major task's (forBlocks
+// groups two 4096-element calls). Calls of 65536 gave two threads 8 tasks at
+// batch 2048, which they shared unevenly: 1.24x nodes-major against 1.15.
+constexpr size_t kRowTaskElements = 8192;
 
 // Bump it when the objects' layout or entry points change; the code
 // generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
