@@ -24,4 +24,7 @@ llvm::Value *emitErfcF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// fast-math whatever the builder's flags. Needs FMA like emitErfcF32.
 llvm::Value *emitExpF32(llvm::IRBuilder<> &b, llvm::Value *x);
 
+/// exp of a double or a vector of doubles, the same way (within 1 ulp).
+llvm::Value *emitExpF64(llvm::IRBuilder<> &b, llvm::Value *x);
+
 } // namespace hsnn::detail

@@ -340,3 +340,34 @@ TEST_CASE("f32 erfc and exp compiled are within 2 and 1 ulp of the true values a
                                                         -103.98f, -149 * 0.6931472f, tiny, big, -big},
                     [](double v) { return std::exp(v); }) <= 1);
 }
+
+TEST_CASE("f64 exp compiled is within 1 ulp of the true value, subnormal results and the limits included") {
+  REQUIRE_JIT();
+  // The CPU kernels compute f64 exp with their own code (InlineMath.cpp)
+  // where the CPU has FMA; the truth is x87 expl rounded to double.
+  const double inf = std::numeric_limits<double>::infinity(), big = std::numeric_limits<double>::max();
+  std::vector<double> x = {0.0,   -0.0, inf, -inf, big, -big, std::numeric_limits<double>::denorm_min(), 709.782712893384,
+                           709.7827128933841, -708.3964185322641, -708.4, -745.1332191019411, -745.1332191019412,
+                           -744.44, 1e-300, -1e-300, 0.34657359027997264, -0.34657359027997264};
+  std::mt19937_64 rng(17);
+  for (auto [lo, hi] : {std::pair{-746.0, 710.0}, {-1.0, 1.0}, {-0.35, 0.35}, {-745.2, -708.0}, {700.0, 709.8}}) {
+    std::uniform_real_distribution<double> pick(lo, hi);
+    for (int i = 0; i < 200000; ++i)
+      x.push_back(pick(rng));
+  }
+  auto layer = ActivationLayer::compile({{"exp(num)", {}}}, {.method = Method::CpuJit, .dtype = DType::F64});
+  REQUIRE_OK_EXPECTED(layer);
+  x.push_back(std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> y(x.size());
+  REQUIRE_OK(layer->forward(x, y, x.size()));
+  CHECK(std::isnan(y.back()));
+  uint64_t worst = 0;
+  size_t limitsMissed = 0; // 0 and inf exactly
+  for (size_t i = 0; i + 1 < x.size(); ++i) {
+    double want = double(std::exp((long double)x[i]));
+    worst = std::max(worst, ulpDistance(y[i], want));
+    limitsMissed += (std::isinf(want) || want == 0) && y[i] != want;
+  }
+  CHECK(limitsMissed == 0);
+  CHECK(worst <= 1);
+}
