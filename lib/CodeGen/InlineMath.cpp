@@ -31,6 +31,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <limits>
 #include <utility>
 
 namespace hsnn::detail {
@@ -59,6 +60,12 @@ constexpr double kExpP64[] = {1.0,
                               0x1.ae64567f544e4p-26,
                               0x1.1eed8eff8d898p-29,
                               0x1.6124613a86d09p-33};
+
+// (log1p(f) - f)/f^2 on [sqrt(1/2) - 1, sqrt(2) - 1], lowest degree first:
+// a degree-8 fit for the relative error of f + f^2 Q(f) (2^-27.9 before
+// the coefficients were rounded to float).
+constexpr float kLog1pQ[] = {-0x1.fffff8p-2f, 0x1.55555p-2f,   -0x1.000428p-2f, 0x1.99a402p-3f, -0x1.54274p-3f,
+                             0x1.22708ap-3f,  -0x1.0f379ep-3f, 0x1.084e74p-3f,  -0x1.383d74p-4f};
 
 class Emitter {
 public:
@@ -180,6 +187,42 @@ Value *emitExpF64(IRBuilder<> &b, Value *x) {
   Type *it = t->getWithNewType(b.getInt64Ty());
   Value *ki = b.CreateSub(b.CreateBitCast(kf, it), ConstantInt::get(it, 0x4338000000000000));
   return m.scaleByPow2(p, ki, it, 52, 1023);
+}
+
+// log1p: 1 + x = hi + lo exactly (Fast2Sum, the larger operand first),
+// hi = 2^k m with m in [sqrt(1/2), sqrt(2)), and f = (m - 1) + lo 2^-k, the
+// exact m - 1 (Sterbenz) plus what rounding hi dropped; then
+// log1p(x) = k ln2 + f + f^2 Q(f). Tiny x come out as x (k = 0, f = x), and
+// 2^-k is 0 past k = 127, where lo no longer counts. Every float checked
+// against glibc's double log1p: 1 ulp worst. glibc's _ZGVeN16v_log1pf costs
+// 2.6x its expf (hsnn-jit bench, math), and softplus and the log-losses
+// call it.
+Value *emitLog1pF32(IRBuilder<> &b, Value *x) {
+  IRBuilder<>::FastMathFlagGuard keep(b);
+  b.clearFastMathFlags(); // Fast2Sum's error term is exact only in IEEE arithmetic
+  Type *t = x->getType();
+  Emitter m(b, t);
+  Module *mod = b.GetInsertBlock()->getModule();
+  Value *hi = b.CreateFAdd(x, m.c(1));
+  Value *ax = b.CreateCall(Intrinsic::getDeclaration(mod, Intrinsic::fabs, {t}), {x});
+  Value *lo = b.CreateSelect(b.CreateFCmpOLE(ax, m.c(1)), b.CreateFAdd(b.CreateFSub(m.c(1), hi), x),
+                             b.CreateFAdd(b.CreateFSub(x, hi), m.c(1)));
+  Type *it = t->getWithNewType(b.getInt32Ty());
+  auto i32 = [&](int32_t v) { return ConstantInt::get(it, uint64_t(int64_t(v)), /*isSigned=*/true); };
+  Value *bits = b.CreateBitCast(hi, it);
+  Value *k = b.CreateAShr(b.CreateSub(bits, i32(0x3f3504f3)), 23); // sqrt(1/2)'s bits
+  Value *mant = b.CreateBitCast(b.CreateSub(bits, b.CreateShl(k, 23)), t);
+  Value *e = b.CreateSub(i32(127), k);
+  e = b.CreateSelect(b.CreateICmpSLT(e, i32(0)), i32(0), e);
+  Value *f = b.CreateFAdd(b.CreateFSub(mant, m.c(1)), b.CreateFMul(lo, b.CreateBitCast(b.CreateShl(e, 23), t)));
+  Value *r = m.fma(b.CreateFMul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
+  Value *kf = b.CreateSIToFP(k, t);
+  r = m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
+  const double inf = std::numeric_limits<double>::infinity();
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(0)), x, r); // -0 stays -0
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(inf)), x, r);
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(-1)), m.c(-inf), r);
+  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(-1)), m.c(std::numeric_limits<double>::quiet_NaN()), r);
 }
 
 } // namespace hsnn::detail

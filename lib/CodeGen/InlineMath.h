@@ -27,4 +27,8 @@ llvm::Value *emitExpF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// exp of a double or a vector of doubles, the same way (within 1 ulp).
 llvm::Value *emitExpF64(llvm::IRBuilder<> &b, llvm::Value *x);
 
+/// log1p of a float or a vector of floats, within 1 ulp of the true value
+/// (every float checked), -inf at -1, NaN below. Needs FMA.
+llvm::Value *emitLog1pF32(llvm::IRBuilder<> &b, llvm::Value *x);
+
 } // namespace hsnn::detail

@@ -235,10 +235,11 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   }
   // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
-  // erfc (f32) and exp as IR (InlineMath.cpp): libmvec's erfcf is 2.6x its
-  // erff (gelu's time), and a call to exp spills the loop's vectors.
-  if (!opt_.gpu && opt_.hasFMA && et->isFloatTy() && (base == "erfc" || base == "exp"))
-    return base == "erfc" ? emitErfcF32(b, args[0]) : emitExpF32(b, args[0]);
+  // erfc, log1p (f32) and exp as IR (InlineMath.cpp): libmvec's erfcf is
+  // 2.6x its erff (gelu's time), log1pf 2.6x its expf, and a call spills
+  // the loop's vectors.
+  if (!opt_.gpu && opt_.hasFMA && et->isFloatTy() && (base == "erfc" || base == "exp" || base == "log1p"))
+    return base == "erfc" ? emitErfcF32(b, args[0]) : base == "exp" ? emitExpF32(b, args[0]) : emitLog1pF32(b, args[0]);
   if (!opt_.gpu && opt_.hasFMA && et->isDoubleTy() && base == "exp")
     return emitExpF64(b, args[0]);
   std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");

@@ -341,6 +341,38 @@ TEST_CASE("f32 erfc and exp compiled are within 2 and 1 ulp of the true values a
                     [](double v) { return std::exp(v); }) <= 1);
 }
 
+TEST_CASE("f32 log1p compiled is within 1 ulp of the true value from -1 to the largest float") {
+  REQUIRE_JIT();
+  // Inline IR on FMA targets too (InlineMath.cpp): every 173rd float of
+  // (-1, 0] and of [0, FLT_MAX], and the edges.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {0.0f, -0.0f, inf, std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
+                          -std::numeric_limits<float>::denorm_min(), 0x1p-24f, -0x1p-24f, -0x1.fffffep-1f, 1.0f,
+                          0x1.6a09e6p-1f - 1, 0x1.6a09e8p-1f - 1, 0x1p24f, 0x1.fffffep126f, 0x1p127f};
+  for (uint32_t bits = 0; bits < 0x7f800000u; bits += 173) {
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    x.push_back(v);
+    if (bits < 0x3f800000u)
+      x.push_back(-v);
+  }
+  const size_t checked = x.size();
+  for (float v : {-1.0f, -1.5f, -inf, nan})
+    x.push_back(v);
+  auto layer = ActivationLayer::compile({{"log1p(num)", {}}}, {.method = Method::CpuJit});
+  REQUIRE_OK_EXPECTED(layer);
+  std::vector<float> y(x.size());
+  REQUIRE_OK(layer->forward(x, y, x.size()));
+  uint64_t worst = 0;
+  for (size_t i = 0; i < checked; ++i)
+    worst = std::max(worst, ulpDistance(y[i], float(std::log1p(double(x[i])))));
+  CHECK(worst <= 1);
+  CHECK(std::signbit(y[1])); // log1p(-0) = -0
+  CHECK(y[checked] == -inf);
+  for (size_t i = checked + 1; i < x.size(); ++i)
+    CHECK(std::isnan(y[i]));
+}
+
 TEST_CASE("f64 exp compiled is within 1 ulp of the true value, subnormal results and the limits included") {
   REQUIRE_JIT();
   // The CPU kernels compute f64 exp with their own code (InlineMath.cpp)
