@@ -189,40 +189,82 @@ Value *emitExpF64(IRBuilder<> &b, Value *x) {
   return m.scaleByPow2(p, ki, it, 52, 1023);
 }
 
-// log1p: 1 + x = hi + lo exactly (Fast2Sum, the larger operand first),
-// hi = 2^k m with m in [sqrt(1/2), sqrt(2)), and f = (m - 1) + lo 2^-k, the
-// exact m - 1 (Sterbenz) plus what rounding hi dropped; then
-// log1p(x) = k ln2 + f + f^2 Q(f). Tiny x come out as x (k = 0, f = x), and
-// 2^-k is 0 past k = 127, where lo no longer counts. Every float checked
-// against glibc's double log1p: 1 ulp worst. glibc's _ZGVeN16v_log1pf costs
-// 2.6x its expf (hsnn-jit bench, math), and softplus and the log-losses
-// call it.
+// log and log1p: v = 2^k m with m in [sqrt(1/2), sqrt(2)), then
+// log(v) = k ln2 + f + f^2 Q(f) for f = m - 1, exact by Sterbenz. log1p
+// first writes 1 + x = hi + lo exactly (Fast2Sum, the larger operand first)
+// and adds lo 2^-k to f: what rounding hi dropped (tiny x come out as x;
+// 2^-k is 0 past k = 127, where lo no longer counts). Every float checked
+// against glibc's double log and log1p: 1 ulp worst. Alone they run at about
+// libmvec's speed; softplus and the log-losses no longer call out.
+namespace {
+struct NearOne {
+  Value *k, *mant; // v = 2^k mant
+};
+NearOne splitNearOne(IRBuilder<> &b, Value *v, Type *it) {
+  Value *bits = b.CreateBitCast(v, it);
+  Value *k = b.CreateAShr(b.CreateSub(bits, ConstantInt::get(it, 0x3f3504f3)), 23); // sqrt(1/2)'s bits
+  return {k, b.CreateBitCast(b.CreateSub(bits, b.CreateShl(k, 23)), v->getType())};
+}
+Value *logOfSplit(IRBuilder<> &b, Emitter &m, Value *k, Value *f) {
+  Value *r = m.fma(b.CreateFMul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
+  Value *kf = b.CreateSIToFP(k, f->getType());
+  return m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
+}
+const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
+} // namespace
+
 Value *emitLog1pF32(IRBuilder<> &b, Value *x) {
   IRBuilder<>::FastMathFlagGuard keep(b);
   b.clearFastMathFlags(); // Fast2Sum's error term is exact only in IEEE arithmetic
-  Type *t = x->getType();
+  Type *t = x->getType(), *it = t->getWithNewType(b.getInt32Ty());
   Emitter m(b, t);
   Module *mod = b.GetInsertBlock()->getModule();
   Value *hi = b.CreateFAdd(x, m.c(1));
   Value *ax = b.CreateCall(Intrinsic::getDeclaration(mod, Intrinsic::fabs, {t}), {x});
   Value *lo = b.CreateSelect(b.CreateFCmpOLE(ax, m.c(1)), b.CreateFAdd(b.CreateFSub(m.c(1), hi), x),
                              b.CreateFAdd(b.CreateFSub(x, hi), m.c(1)));
-  Type *it = t->getWithNewType(b.getInt32Ty());
-  auto i32 = [&](int32_t v) { return ConstantInt::get(it, uint64_t(int64_t(v)), /*isSigned=*/true); };
-  Value *bits = b.CreateBitCast(hi, it);
-  Value *k = b.CreateAShr(b.CreateSub(bits, i32(0x3f3504f3)), 23); // sqrt(1/2)'s bits
-  Value *mant = b.CreateBitCast(b.CreateSub(bits, b.CreateShl(k, 23)), t);
-  Value *e = b.CreateSub(i32(127), k);
-  e = b.CreateSelect(b.CreateICmpSLT(e, i32(0)), i32(0), e);
-  Value *f = b.CreateFAdd(b.CreateFSub(mant, m.c(1)), b.CreateFMul(lo, b.CreateBitCast(b.CreateShl(e, 23), t)));
-  Value *r = m.fma(b.CreateFMul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
-  Value *kf = b.CreateSIToFP(k, t);
-  r = m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
-  const double inf = std::numeric_limits<double>::infinity();
+  NearOne s = splitNearOne(b, hi, it);
+  Value *e = b.CreateSub(ConstantInt::get(it, 127), s.k);
+  e = b.CreateSelect(b.CreateICmpSLT(e, ConstantInt::get(it, 0)), ConstantInt::get(it, 0), e);
+  Value *f = b.CreateFAdd(b.CreateFSub(s.mant, m.c(1)), b.CreateFMul(lo, b.CreateBitCast(b.CreateShl(e, 23), t)));
+  Value *r = logOfSplit(b, m, s.k, f); // NaN passes through lo
   r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(0)), x, r); // -0 stays -0
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(inf)), x, r);
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(-1)), m.c(-inf), r);
-  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(-1)), m.c(std::numeric_limits<double>::quiet_NaN()), r);
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(kInf)), x, r);
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(-1)), m.c(-kInf), r);
+  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(-1)), m.c(kNaN), r);
+}
+
+// Subnormal inputs are scaled by 2^23 first, so their exponent field counts.
+Value *emitLogF32(IRBuilder<> &b, Value *x) {
+  IRBuilder<>::FastMathFlagGuard keep(b);
+  b.clearFastMathFlags();
+  Type *t = x->getType(), *it = t->getWithNewType(b.getInt32Ty());
+  Emitter m(b, t);
+  Value *tiny = b.CreateFCmpOLT(x, m.c(0x1p-126));
+  NearOne s = splitNearOne(b, b.CreateSelect(tiny, b.CreateFMul(x, m.c(0x1p23)), x), it);
+  Value *k = b.CreateSub(s.k, b.CreateSelect(tiny, ConstantInt::get(it, 23), ConstantInt::get(it, 0)));
+  Value *r = logOfSplit(b, m, k, b.CreateFSub(s.mant, m.c(1)));
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(0)), m.c(-kInf), r);
+  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(kInf)), x, r);
+  r = b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), m.c(kNaN), r);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
+}
+
+Value *emitInlineMath(IRBuilder<> &b, std::string_view name, Value *x) {
+  Type *et = x->getType()->getScalarType();
+  if (et->isFloatTy()) {
+    if (name == "exp")
+      return emitExpF32(b, x);
+    if (name == "erfc")
+      return emitErfcF32(b, x);
+    if (name == "log")
+      return emitLogF32(b, x);
+    if (name == "log1p")
+      return emitLog1pF32(b, x);
+  }
+  if (et->isDoubleTy() && name == "exp")
+    return emitExpF64(b, x);
+  return nullptr;
 }
 
 } // namespace hsnn::detail

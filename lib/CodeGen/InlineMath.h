@@ -11,6 +11,8 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <string_view>
+
 namespace hsnn::detail {
 
 /// erfc of a float or a vector of floats, within 1.75 ulp of the true value
@@ -30,5 +32,14 @@ llvm::Value *emitExpF64(llvm::IRBuilder<> &b, llvm::Value *x);
 /// log1p of a float or a vector of floats, within 1 ulp of the true value
 /// (every float checked), -inf at -1, NaN below. Needs FMA.
 llvm::Value *emitLog1pF32(llvm::IRBuilder<> &b, llvm::Value *x);
+
+/// log of a float or a vector of floats, the same way: within 1 ulp, -inf
+/// at 0, NaN below. Needs FMA.
+llvm::Value *emitLogF32(llvm::IRBuilder<> &b, llvm::Value *x);
+
+/// The one-argument function `name` ("exp", as libm names it for double) of
+/// x's element type as inline IR, or nullptr where libm's is used: exp (f32,
+/// f64), erfc, log and log1p (f32). Needs FMA.
+llvm::Value *emitInlineMath(llvm::IRBuilder<> &b, std::string_view name, llvm::Value *x);
 
 } // namespace hsnn::detail

@@ -233,15 +233,14 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
     Intrinsic::ID id = Function::lookupIntrinsicID(StringRef(base.data(), base.size()));
     return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
   }
+  // exp, and f32 erfc, log and log1p, as IR (InlineMath.cpp): libmvec's
+  // erfcf is 2.6x its erff (gelu's time), and a call spills every vector the
+  // loop holds.
+  if (!opt_.gpu && opt_.hasFMA && args.size() == 1)
+    if (Value *v = emitInlineMath(b, base, args[0]))
+      return v;
   // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
-  // erfc, log1p (f32) and exp as IR (InlineMath.cpp): libmvec's erfcf is
-  // 2.6x its erff (gelu's time), log1pf 2.6x its expf, and a call spills
-  // the loop's vectors.
-  if (!opt_.gpu && opt_.hasFMA && et->isFloatTy() && (base == "erfc" || base == "exp" || base == "log1p"))
-    return base == "erfc" ? emitErfcF32(b, args[0]) : base == "exp" ? emitExpF32(b, args[0]) : emitLog1pF32(b, args[0]);
-  if (!opt_.gpu && opt_.hasFMA && et->isDoubleTy() && base == "exp")
-    return emitExpF64(b, args[0]);
   std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");
   auto *vt = dyn_cast<FixedVectorType>(t);
   if (!vt)
