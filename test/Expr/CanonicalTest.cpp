@@ -1,7 +1,10 @@
 //===- test/Expr/CanonicalTest.cpp - Canonical sums, products, constants --===//
 #include "TestUtil.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <random>
 
 using namespace hsnn;
 using namespace hsnn::test;
@@ -257,4 +260,35 @@ TEST_CASE("simplifying keeps every value: finite stays finite and close, and no 
     }
   }
   CHECK(compared > 10000);
+}
+
+TEST_CASE("a cube and a fourth power lower to products, not pow calls") {
+  // Program::lower: u**3 = (u*u)*u, u**4 = (u*u)*(u*u); other powers stay pow.
+  ExprContext ctx;
+  auto hasPow = [](const detail::Program &p) {
+    return std::any_of(p.code.begin(), p.code.end(), [](const detail::Instr &in) { return in.op == Op::Pow; });
+  };
+  for (const char *f : {"num**3", "num**4", "sin(num)**3 + 2"}) {
+    CAPTURE(f);
+    Expr e = mustParse(ctx, f).expr;
+    CHECK_FALSE(hasPow(detail::Program::lower({&e, 1}, {})));
+  }
+  Expr fifth = mustParse(ctx, "num**5").expr;
+  CHECK(hasPow(detail::Program::lower({&fifth, 1}, {})));
+
+  Expr cube = mustParse(ctx, "num**3").expr, fourth = mustParse(ctx, "num**4").expr;
+  for (float x : {0.0f, -0.0f, 1.5f, -2.25f, 1e13f, -1e13f, 1e-20f, INFINITY, -INFINITY}) {
+    CAPTURE(x);
+    float c = evalAt<float>(cube, x), q = evalAt<float>(fourth, x);
+    CHECK(std::bit_cast<uint32_t>(c) == std::bit_cast<uint32_t>((x * x) * x)); // -0 and -inf keep their sign
+    CHECK(std::bit_cast<uint32_t>(q) == std::bit_cast<uint32_t>((x * x) * (x * x)));
+  }
+  CHECK(std::isnan(evalAt<float>(cube, NAN)));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> pick(-30, 30);
+  for (int i = 0; i < 10000; ++i) {
+    float x = pick(rng);
+    CHECK(ulpDistance(evalAt<float>(cube, x), float(double(x) * x * x)) <= 1);
+    CHECK(ulpDistance(evalAt<float>(fourth, x), float(double(x) * x * x * x)) <= 2);
+  }
 }
