@@ -74,6 +74,11 @@ public:
 
   Value *c(double v) { return ConstantFP::get(t_, v); }
   Value *fma(Value *x, Value *y, Value *z) { return b_.CreateCall(fma_, {x, y, z}); }
+  /// x limited to [lo, hi]; NaN stays NaN.
+  Value *clamp(Value *x, double lo, double hi) {
+    x = b_.CreateSelect(b_.CreateFCmpOLT(x, c(lo)), c(lo), x);
+    return b_.CreateSelect(b_.CreateFCmpOGT(x, c(hi)), c(hi), x);
+  }
   template <class C> Value *horner(Value *x, ArrayRef<C> coef) {
     Value *acc = c(coef.back());
     for (size_t i = coef.size() - 1; i-- > 0;)
@@ -159,9 +164,7 @@ Value *emitExpF32(IRBuilder<> &b, Value *x) {
   b.clearFastMathFlags();
   Type *t = x->getType();
   Emitter m(b, t);
-  x = b.CreateSelect(b.CreateFCmpOLT(x, m.c(-104)), m.c(-104), x);
-  x = b.CreateSelect(b.CreateFCmpOGT(x, m.c(89)), m.c(89), x);
-  auto [kf, r] = m.reduceLn2(x);
+  auto [kf, r] = m.reduceLn2(m.clamp(x, -104, 89));
   Value *p = m.fma(m.horner(r, ArrayRef(kExpP)), r, m.c(1));
   Type *it = t->getWithNewType(b.getInt32Ty());
   return m.scaleByPow2(p, m.exponentOf(kf, it), it, 23, 127);
@@ -177,8 +180,7 @@ Value *emitExpF64(IRBuilder<> &b, Value *x) {
   b.clearFastMathFlags();
   Type *t = x->getType();
   Emitter m(b, t);
-  x = b.CreateSelect(b.CreateFCmpOLT(x, m.c(-746)), m.c(-746), x);
-  x = b.CreateSelect(b.CreateFCmpOGT(x, m.c(710)), m.c(710), x);
+  x = m.clamp(x, -746, 710);
   Value *kf = m.fma(x, m.c(0x1.71547652b82fep+0), m.c(0x1.8p52));
   Value *k = b.CreateFSub(kf, m.c(0x1.8p52));
   Value *r = m.fma(k, m.c(-0x1.62e42fefa3800p-1), x);
