@@ -18,6 +18,11 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
   // A constant subexpression (sqrt(2*pi)) is one number, rounded once: its
   // arguments get no slots.
   auto folds = [](Expr e) { return e->isConstant() && !e->isBool() && !e->isNumber(); };
+  auto setOperands = [&](Instr &in, std::initializer_list<uint32_t> slots) {
+    in.argBegin = uint32_t(p.args.size());
+    in.numArgs = uint32_t(slots.size());
+    p.args.insert(p.args.end(), slots);
+  };
   auto emit = [&](Expr e) {
     Instr in;
     // Kernels run a Guarded as the Piecewise it is (Ops.def).
@@ -53,20 +58,14 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
           uint32_t u = slotOf.at(e->arg(0));
           Instr square;
           square.op = Op::Mul;
-          square.argBegin = uint32_t(p.args.size());
-          square.numArgs = 2;
-          p.args.insert(p.args.end(), {u, u});
+          setOperands(square, {u, u});
           p.code.push_back(square);
           uint32_t sq = uint32_t(p.code.size() - 1);
           in.op = Op::Mul;
-          in.argBegin = uint32_t(p.args.size());
-          in.numArgs = 2;
-          p.args.insert(p.args.end(), {sq, e->arg(1)->isNumber(3) ? u : sq});
+          setOperands(in, {sq, e->arg(1)->isNumber(3) ? u : sq});
           break;
         }
-        in.argBegin = uint32_t(p.args.size());
-        in.numArgs = 2;
-        p.args.insert(p.args.end(), {slotOf.at(e->arg(0)), slotOf.at(e->arg(1))});
+        setOperands(in, {slotOf.at(e->arg(0)), slotOf.at(e->arg(1))});
         break;
       case Op::Div:
         // x/sqrt(2) as x*(1/sqrt(2)): the divisor is a rounded constant, so
@@ -78,10 +77,7 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
           recip.number = evalReciprocal(e->arg(1));
           p.code.push_back(recip);
           in.op = Op::Mul;
-          in.argBegin = uint32_t(p.args.size());
-          in.numArgs = 2;
-          p.args.push_back(slotOf.at(e->arg(0)));
-          p.args.push_back(uint32_t(p.code.size() - 1));
+          setOperands(in, {slotOf.at(e->arg(0)), uint32_t(p.code.size() - 1)});
           break;
         }
         [[fallthrough]];
