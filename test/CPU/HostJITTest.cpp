@@ -10,6 +10,7 @@
 
 #include <random>
 #include <thread>
+#include <type_traits>
 
 using namespace hsnn;
 using namespace hsnn::test;
@@ -295,11 +296,35 @@ TEST_CASE("compile timings are reported") {
   CHECK(info.objectBytes > 0);
 }
 
-// Every `stride`th float of [-limit, limit] and `edges` through a compiled
-// f32 layer of `formula`, against `truth` in double rounded to float: the
-// worst distance in ulp. 0, inf and NaN must come out exactly (and NaN in,
-// NaN out); -0 too where the truth says -0.
+// `x` through a compiled layer of `formula` in x's type, against `truth`
+// (in double or long double) rounded to that type: the worst distance in ulp.
+// 0, inf and NaN must come out exactly (and NaN in, NaN out); -0 too where
+// the truth says -0.
 namespace {
+template <class T, class Truth> uint64_t worstUlp(const char *formula, std::vector<T> x, Truth truth) {
+  auto layer = ActivationLayer::compile({{formula, {}}}, {.method = Method::CpuJit,
+                                                          .dtype = std::is_same_v<T, float> ? DType::F32 : DType::F64});
+  REQUIRE_OK_EXPECTED(layer);
+  x.push_back(std::numeric_limits<T>::quiet_NaN());
+  std::vector<T> y(x.size());
+  REQUIRE_OK(layer->forward(x, y, x.size()));
+  CHECK(std::isnan(y.back()));
+  uint64_t worst = 0;
+  size_t limitsMissed = 0;
+  for (size_t i = 0; i + 1 < x.size(); ++i) {
+    T want = T(truth(x[i]));
+    if (std::isnan(want)) {
+      limitsMissed += !std::isnan(y[i]);
+      continue;
+    }
+    worst = std::max(worst, ulpDistance(y[i], want));
+    limitsMissed += (std::isinf(want) || want == 0) && (y[i] != want || std::signbit(y[i]) != std::signbit(want));
+  }
+  CHECK(limitsMissed == 0);
+  return worst;
+}
+
+// Every `stride`th float of [-limit, limit] and `edges`, as worstUlp.
 template <class Truth>
 uint64_t worstF32Ulp(const char *formula, uint32_t limitBits, std::initializer_list<float> edges, Truth truth,
                      uint32_t stride = 97) {
@@ -311,25 +336,7 @@ uint64_t worstF32Ulp(const char *formula, uint32_t limitBits, std::initializer_l
     x.push_back(-v);
   }
   x.insert(x.end(), edges);
-  auto layer = ActivationLayer::compile({{formula, {}}}, {.method = Method::CpuJit});
-  REQUIRE_OK_EXPECTED(layer);
-  x.push_back(std::numeric_limits<float>::quiet_NaN());
-  std::vector<float> y(x.size());
-  REQUIRE_OK(layer->forward(x, y, x.size()));
-  CHECK(std::isnan(y.back()));
-  uint64_t worst = 0;
-  size_t limitsMissed = 0;
-  for (size_t i = 0; i + 1 < x.size(); ++i) {
-    float want = float(truth(double(x[i])));
-    if (std::isnan(want)) {
-      limitsMissed += !std::isnan(y[i]);
-      continue;
-    }
-    worst = std::max(worst, ulpDistance(y[i], want));
-    limitsMissed += (std::isinf(want) || want == 0) && (y[i] != want || std::signbit(y[i]) != std::signbit(want));
-  }
-  CHECK(limitsMissed == 0);
-  return worst;
+  return worstUlp(formula, std::move(x), [&](float v) { return truth(double(v)); });
 }
 } // namespace
 
@@ -375,21 +382,7 @@ TEST_CASE("f64 exp compiled is within 1 ulp of the true value, subnormal results
     for (int i = 0; i < 200000; ++i)
       x.push_back(pick(rng));
   }
-  auto layer = ActivationLayer::compile({{"exp(num)", {}}}, {.method = Method::CpuJit, .dtype = DType::F64});
-  REQUIRE_OK_EXPECTED(layer);
-  x.push_back(std::numeric_limits<double>::quiet_NaN());
-  std::vector<double> y(x.size());
-  REQUIRE_OK(layer->forward(x, y, x.size()));
-  CHECK(std::isnan(y.back()));
-  uint64_t worst = 0;
-  size_t limitsMissed = 0; // 0 and inf exactly
-  for (size_t i = 0; i + 1 < x.size(); ++i) {
-    double want = double(std::exp((long double)x[i]));
-    worst = std::max(worst, ulpDistance(y[i], want));
-    limitsMissed += (std::isinf(want) || want == 0) && y[i] != want;
-  }
-  CHECK(limitsMissed == 0);
-  CHECK(worst <= 1);
+  CHECK(worstUlp("exp(num)", std::move(x), [](double v) { return std::exp((long double)v); }) <= 1);
 }
 
 TEST_CASE("integer powers of negative bases keep pow's values and signs") {
