@@ -106,7 +106,7 @@ std::vector<Shape> shapes() {
   periodic("period 2, 45 periods", 2, 45, 0);
   periodic("period 4, 19 periods", 4, 19, 3);
   // Formulas without vector math calls: passes of several blocks in f64
-  // too (f64's exp, erfc, tanh are calls, which keep the others at one).
+  // too (f64's erfc, tanh, sin are calls, which keep the others at one).
   Shape inlineOnly{"period 4 of inline formulas, 29 periods", {}};
   const std::vector<std::string> g = {"Piecewise((num, num > 0), (alpha*num, True))",
                                       "(num*num + alpha)*(num - beta)/(1 + num*num)", "Max(num, beta)*alpha + num",
@@ -145,6 +145,8 @@ template <class T> void checkShape(const Shape &shape) {
       z[0] = std::numeric_limits<T>::infinity();
       z[z.size() - 1] = std::numeric_limits<T>::quiet_NaN();
     }
+    if (z.size() > 2) // sin's and cos's slow path for huge arguments
+      z[z.size() / 2 + 1] = T(-1e30);
     std::vector<T> a(z.size()), d(z.size()), fa(z.size()), fd(z.size());
     REQUIRE_OK(nm->forward(z, a, batch));
     REQUIRE_OK(nm->backward(z, err, d, batch));
