@@ -80,6 +80,7 @@ Expected<Target> makeTarget(const AotOptions &o) {
   // presence is checked in this machine's libmvec (the program links it).
   llvm::Triple tt(triple);
   auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
+  t.emit.cpu = cpu;
   t.emit.hasFMA = tt.getArch() == llvm::Triple::aarch64 || (tt.getArch() == llvm::Triple::x86_64 && has("fma"));
   if (tt.getArch() == llvm::Triple::x86_64)
     t.emit.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;

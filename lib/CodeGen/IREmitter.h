@@ -31,6 +31,9 @@ struct EmitOptions {
   /// Width of the CPU kernels' vectors in bits (512 with AVX-512, 256 with
   /// AVX, else 128): each loop iteration computes this many bits of elements.
   unsigned vectorBits = 128;
+  /// LLVM's name for the target CPU (znver4, sapphirerapids, generic):
+  /// for the choices measured per microarchitecture (RowKernel.cpp).
+  std::string cpu;
   /// Whether the target fuses multiply-adds in hardware: f32 erfc and exp
   /// are then emitted inline (InlineMath.h), which needs exact FMAs and would
   /// otherwise call a libm fma per operation.

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <string_view>
 
 namespace hsnn::detail {
 
@@ -146,9 +147,16 @@ unsigned roundBit(const BitLayout &a, const BitLayout &b) {
 }
 
 // Full blocks a pass of the row kernel's loop runs, their slots side by
-// side (emitRowKernel).
-constexpr unsigned kBlocksPerPass = 4;
-// When passes of kBlocksPerPass pay: from this many instructions per vector
+// side (emitRowKernel), by microarchitecture (LLVM's CPU name). Measured
+// on an AMD Zen 4 (znver4) before the inputs were prefetched, four; on an
+// Intel Xeon with AVX-512 and AMX (sapphirerapids) with the prefetches, one
+// block a pass against four, W1 f32, batch-major ms, AOT objects
+// alternating: two threads at 2^24, forward 5.8 / 8.4, backward 7.6 /
+// 10.5, fused 8.9 / 11.0 (nodes-major 8.3, 8.6, 9.9); one thread in cache
+// 0.239 / 0.279, 0.261 / 0.343, 0.339 / 0.370 (0.237, 0.274, 0.349); f64
+// the same or better. Other CPUs take the Intel figure.
+unsigned blocksPerPass(std::string_view cpu) { return cpu.starts_with("znver") ? 4 : 1; }
+// When passes of several blocks pay: from this many instructions per vector
 // math call in a block's tapes, and up to this many calls times slots (each
 // call spills every vector live across it, up to P a block).
 constexpr size_t kInstructionsPerCall = 16, kMaxCallsTimesSlots = 32;
@@ -274,11 +282,12 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
 
   // The blocks of `lanes` periods: each row's full blocks, then its partial
   // one (fewer periods left than lanes). Full blocks go in memory order
-  // across rows, up to kBlocksPerPass a pass: a block's slots are long
-  // dependency chains (gelu's erfc, inline exp) that out-of-order execution
-  // does not overlap with the next block's, so the pass's copies of a slot
-  // are emitted side by side (W1 f32 forward, one thread, 2^24 elements,
-  // batch/nodes-major time: 1.12-1.37 one block a pass, 1.01-1.09 four).
+  // across rows, up to blocksPerPass a pass: on Zen 4 a block's slots are
+  // long dependency chains (gelu's erfc, inline exp) that out-of-order
+  // execution did not overlap with the next block's, so the pass's copies
+  // of a slot are emitted side by side (W1 f32 forward, one thread, 2^24
+  // elements, batch/nodes-major time: 1.12-1.37 one block a pass, 1.01-1.09
+  // four).
   // A row's partial block runs alone, through stack buffers with masked
   // copies, as soon as its full blocks are done, so the streams stay
   // sequential for the prefetchers (blocks taken down the rows, 1 KiB
@@ -476,7 +485,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     latchPending->addIncoming(b.CreateAdd(pendingRow, b.CreateZExt(b.CreateNot(isFull), i64)), oneDone);
     b.CreateBr(latch);
   }
-  // As many blocks a pass as pays: interleaving lets the inline chains of
+  // On Zen 4, as many blocks a pass as pays (blocksPerPass): interleaving lets the inline chains of
   // one block run beside another's, but every vector live across a vector
   // math call is spilled, and a pass holds each block's. One thread,
   // batch/nodes-major time: W1 forward f32 (8 slots, 3 calls among a
@@ -486,7 +495,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   // 298), 2^24 elements: 1.06-1.09 one, 1.40-1.42 two or four.
   const bool longChains = cost.instructions >= kInstructionsPerCall * (cost.calls + 1);
   const bool fewSpills = cost.calls * P <= kMaxCallsTimesSlots;
-  const unsigned perPass = longChains && fewSpills ? kBlocksPerPass : 1;
+  const unsigned perPass = longChains && fewSpills ? blocksPerPass(o.cpu) : 1;
   b.SetInsertPoint(fullBlocks);
   Value *fullLeft = b.CreateSub(totalFull, done);
   if (perPass == 1) {

@@ -27,9 +27,11 @@ template <class T> struct AotLayer {
   const double *params = nullptr;
 };
 
-template <class T> AotLayer<T> loadAot(const std::string &name, const std::vector<NodeSpec> &nodes, Layout layout) {
+template <class T>
+AotLayer<T> loadAot(const std::string &name, const std::vector<NodeSpec> &nodes, Layout layout,
+                    const AotOptions &options = {}) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
-  auto art = compileLayerAot(name, nodes, dt, layout);
+  auto art = compileLayerAot(name, nodes, dt, layout, options);
   REQUIRE_OK_EXPECTED(art);
   auto jit = detail::HostJIT::get();
   REQUIRE_OK_EXPECTED(jit);

@@ -248,6 +248,72 @@ TEST_CASE("row kernels: batch-major layers with a pattern give the nodes-major b
     checkShape<double>(s);
 }
 
+namespace {
+
+// Row kernels run one block a pass or several (RowKernel.cpp's
+// blocksPerPass, by CPU): AOT objects for a CPU of each kind that this host
+// can run, batch-major against nodes-major for that CPU, bit for bit.
+template <class T> void checkOtherCpus(const Shape &shape) {
+  struct Cpu {
+    const char *name;
+    bool runs;
+  };
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512ifma") &&
+                      __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+                      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg") &&
+                      __builtin_cpu_supports("avx512vpopcntdq") && __builtin_cpu_supports("avx512bf16") &&
+                      __builtin_cpu_supports("gfni") && __builtin_cpu_supports("vaes") &&
+                      __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("bmi2");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+  const std::vector<Cpu> cpus = {{"znver4", avx512}, {"x86-64-v3", avx2}};
+#else
+  const std::vector<Cpu> cpus;
+#endif
+  const size_t nodes = shape.nodes.size(), batch = 41;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> pick(-6, 6);
+  std::vector<T> z(nodes * batch), err(nodes * batch);
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = T(pick(rng)), err[i] = T(pick(rng));
+  std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch);
+  static int count = 0;
+  for (const Cpu &cpu : cpus) {
+    CAPTURE(cpu.name);
+    if (!cpu.runs) {
+      MESSAGE("skipped: this host cannot run code for ", cpu.name);
+      continue;
+    }
+    AotLayer<T> nm = loadAot<T>(fmt::format("cpu_n_{}", count), shape.nodes, Layout::NodesMajor, {.cpu = cpu.name});
+    AotLayer<T> bm = loadAot<T>(fmt::format("cpu_b_{}", count++), shape.nodes, Layout::BatchMajor, {.cpu = cpu.name});
+    std::vector<T> a(z.size()), d(z.size()), ab(z.size()), db(z.size());
+    nm.forward(z.data(), a.data(), int64_t(batch), nm.params);
+    bm.forward(zb.data(), ab.data(), int64_t(batch), bm.params);
+    expectSameBits(transposed(ab, batch, nodes), a, "forward");
+    nm.backward(z.data(), err.data(), d.data(), int64_t(batch), nm.params);
+    bm.backward(zb.data(), eb.data(), db.data(), int64_t(batch), bm.params);
+    expectSameBits(transposed(db, batch, nodes), d, "backward");
+    nm.fused(z.data(), a.data(), d.data(), int64_t(batch), nm.params);
+    bm.fused(zb.data(), ab.data(), db.data(), int64_t(batch), bm.params);
+    expectSameBits(transposed(ab, batch, nodes), a, "fused value");
+    expectSameBits(transposed(db, batch, nodes), d, "fused derivative");
+  }
+}
+
+} // namespace
+
+TEST_CASE("row kernels: one block a pass and several give the nodes-major bits, on the CPUs this host runs") {
+  REQUIRE_JIT();
+  const std::vector<Shape> all = shapes();
+  const Shape &w1Like = all[0];
+  REQUIRE(std::string(w1Like.name) == "period 8, 32 periods");
+  checkOtherCpus<float>(w1Like);
+  checkOtherCpus<double>(w1Like);
+}
+
 TEST_CASE("row kernels: scattered formulas keep the tile transposes") {
   REQUIRE_JIT();
   std::vector<NodeSpec> nodes;
