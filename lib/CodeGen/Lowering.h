@@ -46,6 +46,15 @@ void markArraysNoAlias(llvm::Function &fn);
 /// options' vector width, noalias arrays.
 void setCpuKernelAttributes(llvm::Function &fn, const EmitOptions &o);
 
+/// How far ahead the CPU kernels prefetch what they read: a loop that
+/// starts a stream per call (a node's slice of a batch, a row kernel's
+/// rows) or computes long between loads left the hardware prefetchers
+/// behind (measured in RowKernel.cpp and IREmitter.cpp).
+inline constexpr int64_t kPrefetchBytes = 4096;
+
+/// A prefetch for reading of the cache line kPrefetchBytes after `at`.
+void prefetchAhead(llvm::IRBuilder<> &b, llvm::Value *at);
+
 /// Marks the loop whose back edge this is as already vectorized.
 void markNotVectorizable(llvm::Instruction *backEdge);
 

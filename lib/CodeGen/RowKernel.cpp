@@ -11,7 +11,6 @@
 #include "Lowering.h"
 
 #include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/InstIterator.h>
 #include <llvm/IR/Module.h>
 
@@ -149,8 +148,8 @@ unsigned roundBit(const BitLayout &a, const BitLayout &b) {
 // Full blocks a pass of the row kernel's loop runs, their slots side by
 // side (emitRowKernel), by microarchitecture (LLVM's CPU name). Measured
 // on an AMD Zen 4 (znver4) before the inputs were prefetched, four; on an
-// Intel Xeon with AVX-512 and AMX (sapphirerapids) with the prefetches, one
-// block a pass against four, W1 f32, batch-major ms, AOT objects
+// Intel Xeon VM with AVX-512 (LLVM's host name for it: rocketlake) with the
+// prefetches, one block a pass against four, W1 f32, batch-major ms, AOT objects
 // alternating: two threads at 2^24, forward 5.8 / 8.4, backward 7.6 /
 // 10.5, fused 8.9 / 11.0 (nodes-major 8.3, 8.6, 9.9); one thread in cache
 // 0.239 / 0.279, 0.261 / 0.343, 0.339 / 0.370 (0.237, 0.274, 0.349); f64
@@ -160,16 +159,6 @@ unsigned blocksPerPass(std::string_view cpu) { return cpu.starts_with("znver") ?
 // math call in a block's tapes, and up to this many calls times slots (each
 // call spills every vector live across it, up to P a block).
 constexpr size_t kInstructionsPerCall = 16, kMaxCallsTimesSlots = 32;
-// How far ahead a pass prefetches its inputs. A pass loads its blocks in
-// one burst and then computes for hundreds of cycles without touching
-// memory, and the hardware prefetchers did not keep up: at 2^24 elements
-// a row kernel took its in-cache time plus the copy's, where nodes-major
-// kernels overlap the two. W1 f32, one thread, AOT objects alternating,
-// batch-major ms with / without (nodes-major 15.6-15.9): forward 13.5-13.8
-// / 17.2-19.6, backward 16.8-20.6 / 19.5-21.8, fused 18.5-22.3 / 21.1-26.2;
-// 1, 2 and 8 KiB ahead helped less; prefetching the
-// outputs for writing too made fused slower.
-constexpr int64_t kPrefetchBytes = 4096;
 
 // What one block's tapes cost: the instructions they emit, and how many of
 // those are calls to functions (vector math; intrinsics are not).
@@ -329,7 +318,6 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     std::vector<Value *> in, out; // arrays' first element of the block
     Value *q;                     // its first period
   };
-  Function *prefetch = Intrinsic::getDeclaration(&m, Intrinsic::prefetch, {ptr});
   auto emitBlocks = [&](ArrayRef<Block> blocks, ArrayRef<unsigned> order, TapeCost *cost = nullptr) -> llvm::Error {
     // Per block, per input array, per slot, its vector.
     std::vector<std::vector<std::vector<Value *>>> in(blocks.size(), std::vector<std::vector<Value *>>(inputs));
@@ -353,11 +341,18 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
           Value *c = b.CreateAlignedLoad(vt, b.CreateInBoundsGEP(et, table, at), align);
           return inOrder ? c : b.CreateShuffleVector(c, lanePeriods);
         });
-        // This block's input lines kPrefetchBytes on, one per slot: spread
-        // through the pass, so memory works while the tapes compute.
+        // This block's input lines kPrefetchBytes on, one per slot, spread
+        // through the pass: a pass loads its blocks in one burst and then
+        // computes for hundreds of cycles without touching memory, and the
+        // hardware prefetchers did not keep up: at 2^24 elements a row
+        // kernel took its in-cache time plus the copy's. W1 f32, one
+        // thread, AOT objects alternating, four blocks a pass, batch-major
+        // ms with / without (nodes-major 15.6-15.9): forward 13.5-13.8 /
+        // 17.2-19.6, backward 16.8-20.6 / 19.5-21.8, fused 18.5-22.3 /
+        // 21.1-26.2; 1, 2 and 8 KiB ahead helped less; prefetching the
+        // outputs for writing too made fused slower.
         for (unsigned a = 0; a < inputs; ++a)
-          b.CreateCall(prefetch, {b.CreateConstGEP1_64(b.getInt8Ty(), vectorIn(blocks[k].in[a], s), kPrefetchBytes),
-                                  b.getInt32(0), b.getInt32(3), b.getInt32(1)});
+          prefetchAhead(b, vectorIn(blocks[k].in[a], s));
         ElementIO io{fn, nullptr, vt, 0};
         for (unsigned a = 0; a < inputs; ++a)
           io.preloaded[a] = in[k][a].empty() ? nullptr : in[k][a][s];
