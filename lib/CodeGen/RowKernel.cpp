@@ -148,12 +148,12 @@ unsigned roundBit(const BitLayout &a, const BitLayout &b) {
 // Full blocks a pass of the row kernel's loop runs, their slots side by
 // side (emitRowKernel), by microarchitecture (LLVM's CPU name). Measured
 // on an AMD Zen 4 (znver4) before the inputs were prefetched, four; on an
-// Intel Xeon VM with AVX-512 (LLVM's host name for it: rocketlake) with the
-// prefetches, one block a pass against four, W1 f32, batch-major ms, AOT objects
-// alternating: two threads at 2^24, forward 5.8 / 8.4, backward 7.6 /
-// 10.5, fused 8.9 / 11.0 (nodes-major 8.3, 8.6, 9.9); one thread in cache
-// 0.239 / 0.279, 0.261 / 0.343, 0.339 / 0.370 (0.237, 0.274, 0.349); f64
-// the same or better. Other CPUs take the Intel figure.
+// Intel Xeon VM with AVX-512 (LLVM's host name for it: rocketlake) with
+// the prefetches, one block a pass against four, W1 f32, batch-major ms,
+// AOT objects alternating: two threads at 2^24, forward 5.8 / 8.4,
+// backward 7.6 / 10.5, fused 8.9 / 11.0 (nodes-major 8.3, 8.6, 9.9); one
+// thread in cache 0.239 / 0.279, 0.261 / 0.343, 0.339 / 0.370 (0.237,
+// 0.274, 0.349); f64 the same or better. Other CPUs take the Intel figure.
 unsigned blocksPerPass(std::string_view cpu) { return cpu.starts_with("znver") ? 4 : 1; }
 // When passes of several blocks pay: from this many instructions per vector
 // math call in a block's tapes, and up to this many calls times slots (each
@@ -480,9 +480,10 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     latchPending->addIncoming(b.CreateAdd(pendingRow, b.CreateZExt(b.CreateNot(isFull), i64)), oneDone);
     b.CreateBr(latch);
   }
-  // On Zen 4, as many blocks a pass as pays (blocksPerPass): interleaving lets the inline chains of
-  // one block run beside another's, but every vector live across a vector
-  // math call is spilled, and a pass holds each block's. One thread,
+  // On Zen 4, as many blocks a pass as pays (blocksPerPass): interleaving
+  // lets the inline chains of one block run beside another's, but every
+  // vector live across a vector math call is spilled, and a pass holds each
+  // block's. One thread,
   // batch/nodes-major time: W1 forward f32 (8 slots, 3 calls among a
   // block's 174 tape instructions), in L2, 1.21 one block a pass, 1.18 two,
   // 1.15 four; f64 (exp and erfc are calls too: 7 among 45) 0.97, 0.96,
