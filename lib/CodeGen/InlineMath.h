@@ -37,6 +37,11 @@ llvm::Value *emitLog1pF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// at 0, NaN below. Needs FMA.
 llvm::Value *emitLogF32(llvm::IRBuilder<> &b, llvm::Value *x);
 
+/// x^n for a double or a vector of doubles and a constant n, within 1 ulp
+/// (results that overflow or underflow to zero, zeros, infinities and NaN
+/// as C99's pow gives them). Needs FMA.
+llvm::Value *emitPowiF64(llvm::IRBuilder<> &b, llvm::Value *x, int n);
+
 /// The one-argument function `name` ("exp", as libm names it for double) of
 /// x's element type as inline IR, or nullptr where libm's is used: exp (f32,
 /// f64), erfc, log and log1p (f32). Needs FMA.

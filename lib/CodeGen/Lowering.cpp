@@ -163,7 +163,8 @@ Value *ElementLowering::addToSum(IRBuilder<> &b, Value *acc, Value *v, Type *t) 
 }
 
 namespace {
-// Float powers up to this |n| are computed in double by squaring.
+// Integer powers up to this |n| are computed by squaring: floats in double,
+// doubles in double-double (emitPowiF64).
 constexpr double kMaxSquaredPower = 16;
 
 // u**n of floats (|n| <= 16) in double by repeated squaring, rounded to float
@@ -251,6 +252,8 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     double exponent = n->getValueAPF().convertToDouble();
     if (!opt_.gpu && t->getScalarType()->isFloatTy() && std::fabs(exponent) <= kMaxSquaredPower)
       return floatPowerInDouble(b, arg(0), int(exponent));
+    if (!opt_.gpu && opt_.hasFMA && std::fabs(exponent) <= kMaxSquaredPower)
+      return emitPowiF64(b, arg(0), int(exponent));
     Value *mag = callMath(b, "pow", {callMath(b, "llvm.fabs", {arg(0)}, t), arg(1)}, t);
     bool odd = std::fmod(exponent, 2) != 0;
     return odd ? callMath(b, "llvm.copysign", {mag, arg(0)}, t) : mag;
