@@ -86,7 +86,7 @@ void setCpuKernelAttributes(Function &fn, const EmitOptions &o) {
   // a kernel's speed hung on the caller's stack pointer mod 64. W1 f32
   // batch-major forward, one thread, 8 processes each: 18.6 ms in one of 8
   // (11.4-11.9 in the others), now 10.8-11.6 in all 10; the bench's
-  // alternating batch/nodes-major ratio 1.17-1.23 in 4 runs of 11, now
+  // alternating batch/nodes-major ratio 1.17-1.23 in 6 runs of 14, now
   // 0.96-1.01 in 8 of 8.
   fn.addFnAttr("stackrealign");
   // noalias: arrays may be the same array (in place: each element is read
