@@ -37,10 +37,11 @@ llvm::Value *emitLog1pF32(llvm::IRBuilder<> &b, llvm::Value *x);
 /// at 0, NaN below. Needs FMA.
 llvm::Value *emitLogF32(llvm::IRBuilder<> &b, llvm::Value *x);
 
-/// x^n for a double or a vector of doubles and a constant n, within 1 ulp
-/// (results that overflow or underflow to zero, zeros, infinities and NaN
-/// as C99's pow gives them). Needs FMA.
-llvm::Value *emitPowiF64(llvm::IRBuilder<> &b, llvm::Value *x, int n);
+/// x^n for a constant n (|n| <= 16 keeps the bounds), floats or doubles,
+/// scalar or vector: floats by squaring in double rounded once, doubles in
+/// double-double, both within 1 ulp, with C99 pow's zeros, infinities and
+/// signs. Doubles need FMA.
+llvm::Value *emitIntegerPower(llvm::IRBuilder<> &b, llvm::Value *x, int n);
 
 /// The one-argument function `name` ("exp", as libm names it for double) of
 /// x's element type as inline IR, or nullptr where libm's is used: exp (f32,

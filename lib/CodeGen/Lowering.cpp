@@ -173,30 +173,8 @@ Value *ElementLowering::addToSum(IRBuilder<> &b, Value *acc, Value *v, Type *t) 
 }
 
 namespace {
-// Integer powers up to this |n| are computed by squaring: floats in double,
-// doubles in double-double (emitPowiF64).
+// Integer powers up to this |n| are computed by squaring (emitIntegerPower).
 constexpr double kMaxSquaredPower = 16;
-
-// u**n of floats (|n| <= 16) in double by repeated squaring, rounded to float
-// once: at most 8 double roundings, so within 1 ulp of the true power where
-// glibc's vector powf is a call costing 2.5 ns an element (0.3 for expf), 13
-// on a negative base. Past float's range in either direction the double
-// result is still inf or 0 where the float one is.
-Value *floatPowerInDouble(IRBuilder<> &b, Value *u, int n) {
-  Type *t = u->getType(), *dt = t->getWithNewType(b.getDoubleTy());
-  Value *square = b.CreateFPExt(u, dt), *acc = nullptr;
-  for (unsigned m = unsigned(std::abs(n)); m; m >>= 1) {
-    if (m & 1)
-      acc = acc ? b.CreateFMul(acc, square) : square;
-    if (m > 1)
-      square = b.CreateFMul(square, square);
-  }
-  if (!acc)
-    acc = ConstantFP::get(dt, 1.0); // u**0 is 1 for every u, NaN included
-  if (n < 0)
-    acc = b.CreateFDiv(ConstantFP::get(dt, 1.0), acc);
-  return b.CreateFPTrunc(acc, t);
-}
 } // namespace
 
 llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p, const Instr &in,
@@ -260,10 +238,9 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     if (!n || !n->getValueAPF().isInteger())
       break;
     double exponent = n->getValueAPF().convertToDouble();
-    if (!opt_.gpu && t->getScalarType()->isFloatTy() && std::fabs(exponent) <= kMaxSquaredPower)
-      return floatPowerInDouble(b, arg(0), int(exponent));
-    if (!opt_.gpu && opt_.hasFMA && std::fabs(exponent) <= kMaxSquaredPower)
-      return emitPowiF64(b, arg(0), int(exponent));
+    // f64's double-double products need exact FMAs; f32's squarings in double do not.
+    if (!opt_.gpu && std::fabs(exponent) <= kMaxSquaredPower && (t->getScalarType()->isFloatTy() || opt_.hasFMA))
+      return emitIntegerPower(b, arg(0), int(exponent));
     Value *mag = callMath(b, "pow", {callMath(b, "llvm.fabs", {arg(0)}, t), arg(1)}, t);
     bool odd = std::fmod(exponent, 2) != 0;
     return odd ? callMath(b, "llvm.copysign", {mag, arg(0)}, t) : mag;
