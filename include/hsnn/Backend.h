@@ -11,6 +11,7 @@
 #include "hsnn/Layer.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,7 +36,12 @@ public:
   /// Elements it holds.
   size_t count() const { return count_; }
   DType dtype() const { return dtype_; }
-  size_t bytes() const { return count_ * (dtype_ == DType::F32 ? 4 : 8); }
+  /// Its size in bytes; SIZE_MAX when `count` elements would not fit in
+  /// the address space (such a buffer is refused by every call).
+  size_t bytes() const {
+    size_t es = dtype_ == DType::F32 ? 4 : 8;
+    return count_ > SIZE_MAX / es ? SIZE_MAX : count_ * es;
+  }
   /// The backend that owns it ("cpu", "cuda:0", ...).
   const std::string &backend() const { return backend_; }
   template <class T> T *as() const { return static_cast<T *>(data_.get()); }

@@ -98,6 +98,8 @@ Error Backend::checkCopy(const DeviceBuffer &buf, const void *host, size_t bytes
     return Error(ErrorCode::InvalidArgument, fmt::format("buffer belongs to backend {}, not {}", buf.backend(), name()));
   if (bytes && !host)
     return Error(ErrorCode::InvalidArgument, "null host pointer");
+  if (bytes && !buf.data())
+    return Error(ErrorCode::InvalidArgument, "the buffer has no memory (its data is null)");
   if (offset > buf.bytes() || bytes > buf.bytes() - offset)
     return Error(ErrorCode::InvalidArgument,
                  fmt::format("copy of {} bytes at offset {} overruns a buffer of {} bytes", bytes, offset, buf.bytes()));

@@ -134,7 +134,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     if (!image)
       return nullptr;
     auto t0 = Clock::now();
-    auto lib = loadSharedObject(*image, symbols);
+    auto lib = loadSharedObject(*image, symbols, imageBindingSymbol(key));
     if (!lib)
       return nullptr;
     info.emitMs = info.optimizeMs = info.codegenMs = 0;
@@ -234,7 +234,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   info.loadMs = loadStats.loadMs;
   info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
   if (cache)
-    storeLinkedLater(cacheConfig, *linkedKey, std::move(objects), description + "; linked into one shared object");
+    storeLinkedLater(cacheConfig, *linkedKey, std::move(objects), description + "; linked into one shared object",
+                     symbols.front());
   return lib;
 }
 

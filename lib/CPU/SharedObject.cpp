@@ -71,6 +71,7 @@ public:
     CacheKey key;
     std::vector<std::vector<char>> objects;
     std::string description;
+    std::string anySymbol;
   };
 
   LinkQueue() {
@@ -160,7 +161,7 @@ private:
       linkerPid_ = status ? 0 : pid;
       return status;
     };
-    auto image = linkSharedObject(job.objects, dir, linkerProgram(), poll);
+    auto image = linkSharedObject(job.objects, dir, linkerProgram(), poll, imageBindingSymbol(job.key), job.anySymbol);
     std::lock_guard lock(exitMutex_);
     if (image && !exiting_) {
       // Quietly: a failed store only means later processes load the
@@ -225,8 +226,11 @@ std::atomic<bool> gLinkedUnusable{false};
 
 } // namespace
 
+std::string imageBindingSymbol(const CacheKey &key) { return "hsnn_image_" + toHex(key).substr(0, 32); }
+
 Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char> &image,
-                                                          std::span<const std::string> symbols) {
+                                                          std::span<const std::string> symbols,
+                                                          const std::string &binding) {
   // A 64-bit shared object for this machine, or not worth a dlopen (and a
   // dlopen that fails on one says this process cannot load them at all).
   Elf64_Ehdr header;
@@ -259,6 +263,8 @@ Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char
     return loadFailure(why ? why : "dlopen failed");
   }
   auto lib = std::make_shared<SharedObjectLibrary>(handle, fd);
+  if (!binding.empty() && !::dlsym(handle, binding.c_str()))
+    return loadFailure("it was linked for another cache key (another layer's kernels)");
   for (const std::string &s : symbols) {
     void *address = ::dlsym(handle, s.c_str());
     if (!address)
@@ -269,10 +275,10 @@ Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char
 }
 
 void storeLinkedLater(const CacheConfig &config, const CacheKey &key, std::vector<std::vector<char>> objects,
-                      std::string description) {
+                      std::string description, std::string anySymbol) {
   if (!config.enabled || !canLinkSharedObjects() || gLinkedUnusable)
     return;
-  linkQueue().push({config, key, std::move(objects), std::move(description)});
+  linkQueue().push({config, key, std::move(objects), std::move(description), std::move(anySymbol)});
 }
 
 void waitForLinkedStores() { linkQueue().wait(); }

@@ -24,10 +24,18 @@
 
 namespace hsnn::detail {
 
+/// The symbol that ties a linked image to the cache key it was linked for
+/// ("hsnn_image_" and the key's first 16 bytes in hex): the linker defines
+/// it, and a load under another key does not find it.
+std::string imageBindingSymbol(const CacheKey &key);
+
 /// Loads a verified shared-object image and resolves every symbol in
-/// `symbols`; an Error (never a crash) when the image does not load here.
+/// `symbols`; an Error (never a crash) when the image does not load here,
+/// or when `binding` is given and the image lacks it (an image stored
+/// under another layer's key would compute another layer's formulas).
 Expected<std::shared_ptr<KernelLibrary>> loadSharedObject(const std::vector<char> &image,
-                                                          std::span<const std::string> symbols);
+                                                          std::span<const std::string> symbols,
+                                                          const std::string &binding = {});
 
 /// Whether this process can link shared objects: it has a linker program
 /// (HSNN_LINKER, else the one the build found).
@@ -37,8 +45,10 @@ bool canLinkSharedObjects();
 /// `key`, on a background thread: compile() does not wait for it. Links run
 /// one at a time and a key already queued is not queued again; exit stops
 /// the queue (a job not done is left to a later process).
+/// `anySymbol` is one the objects define: the image's binding symbol
+/// (imageBindingSymbol(key)) is made its alias.
 void storeLinkedLater(const CacheConfig &config, const CacheKey &key, std::vector<std::vector<char>> objects,
-                      std::string description);
+                      std::string description, std::string anySymbol);
 
 /// Waits until every link queued so far is stored (or has failed).
 void waitForLinkedStores();
@@ -59,9 +69,11 @@ const std::string &linkerProgram();
 
 /// Links objects into a shared object image by running `program` on files
 /// in `workDir` (linkWorkFile names them; the caller removes them), waiting
-/// through `poll` (pollLinker when empty).
+/// through `poll` (pollLinker when empty). With `binding`, the image also
+/// exports that symbol as an alias of `bindTo` (a symbol the objects define).
 Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir,
-                                             const std::string &program, const LinkerPoll &poll = {});
+                                             const std::string &program, const LinkerPoll &poll = {},
+                                             const std::string &binding = {}, const std::string &bindTo = {});
 /// A fresh work directory for one link, "TMPDIR/hsnn-link-PID-XXXXXX"
 /// (/tmp without TMPDIR), or "" when none can be made.
 std::string makeLinkWorkDir();

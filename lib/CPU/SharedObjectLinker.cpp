@@ -155,7 +155,8 @@ std::optional<int> pollLinker(pid_t pid, bool stop) {
 }
 
 Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> objects, const std::string &workDir,
-                                             const std::string &program, const LinkerPoll &poll) {
+                                             const std::string &program, const LinkerPoll &poll,
+                                             const std::string &binding, const std::string &bindTo) {
   if (program.empty())
     return linkFailure("no linker program (HSNN_LINKER is empty)");
   std::vector<std::string> inputs;
@@ -170,6 +171,8 @@ Expected<std::vector<char>> linkSharedObject(std::span<const std::vector<char>> 
   // No soname: glibc would know two images by it (see SharedObject.cpp).
   std::vector<std::string> args = {program, "-shared", "-o", output, "-z", "now", "-z", "relro",
                                    "--build-id=none", "--hash-style=gnu"};
+  if (!binding.empty())
+    args.push_back(fmt::format("--defsym={}={}", binding, bindTo));
   args.insert(args.end(), inputs.begin(), inputs.end());
   args.push_back("--no-as-needed");
   for (const std::string &lib : neededLibraries())

@@ -1,9 +1,18 @@
 //===- lib/Cache/ObjectCache.cpp - Verified, atomic on-disk entries -------===//
 //
 // Entry file: a fixed header (magic, format version, category, key, payload
-// size, BLAKE3 of the payload) and the payload. Written to a temporary file
-// in the same directory, then renamed into place, so readers see a whole
-// entry or none; verified field by field on every load.
+// size, MAC of the body) and the body. Written to a temporary file in the
+// same directory, then renamed into place, so readers see a whole entry or
+// none; verified field by field on every load.
+//
+// The MAC is BLAKE3 keyed with the cache's own secret (DIR/key, 0600, made
+// by the first process that uses the directory) over the category, the
+// entry's key and its body. A checksum anyone can recompute would let a
+// file that this cache never wrote pass as an entry: one planted or
+// hard-linked into the directory, one copied from another cache, or a
+// layer's linked image stored under another layer's key. Those fail like
+// corrupt entries. Whoever can read the user's files can read the secret
+// too: the cache is trusted input of its user (README, threat model).
 //===----------------------------------------------------------------------===//
 #include "ObjectCache.h"
 
@@ -23,6 +32,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <random>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,11 +42,11 @@ namespace hsnn {
 namespace detail {
 namespace {
 
-// Entry format 2 (see README "The kernel cache"): magic, format, category,
-// key, body size, BLAKE3 of the body, description length; the body is the
+// Entry format 3 (see README "The kernel cache"): magic, format, category,
+// key, body size, MAC of the body, description length; the body is the
 // description (what the entry holds, for `cache list`) then the payload.
-constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'K', 'C', '2', '\0'};
-constexpr uint32_t kFormatVersion = 2;
+constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'K', 'C', '3', '\0'};
+constexpr uint32_t kFormatVersion = 3;
 constexpr size_t kHeaderSize = 8 + 4 + 4 + 32 + 8 + 32 + 4;
 constexpr size_t kMaxDescription = 1024;
 std::atomic<uint64_t> gLimit{256ull << 20};
@@ -60,6 +70,20 @@ CacheKey hashBytes(const char *data, size_t size) {
   return key;
 }
 
+// The entry's MAC: keyed BLAKE3 of category, key and body.
+CacheKey entryMac(const CacheSecret &secret, CacheCategory category, const CacheKey &key, const char *body,
+                  size_t size) {
+  llvm_blake3_hasher h;
+  llvm_blake3_hasher_init_keyed(&h, secret.data());
+  uint32_t c = uint32_t(category);
+  llvm_blake3_hasher_update(&h, &c, sizeof c);
+  llvm_blake3_hasher_update(&h, key.data(), key.size());
+  llvm_blake3_hasher_update(&h, body, size);
+  CacheKey mac;
+  llvm_blake3_hasher_finalize(&h, mac.data(), mac.size());
+  return mac;
+}
+
 template <class T> void put(std::vector<char> &out, const T &v) {
   const char *p = reinterpret_cast<const char *>(&v);
   out.insert(out.end(), p, p + sizeof(T));
@@ -67,6 +91,8 @@ template <class T> void put(std::vector<char> &out, const T &v) {
 
 // Why a directory cannot hold the cache, or "".
 std::string refuseReason(const struct stat &st, uid_t euid) {
+  if (S_ISLNK(st.st_mode))
+    return "it is a symbolic link";
   if (!S_ISDIR(st.st_mode))
     return "it is not a directory";
   if (st.st_uid != euid)
@@ -79,9 +105,9 @@ std::string refuseReason(const struct stat &st, uid_t euid) {
 // Creates dir (mode 0700; parents as usual) if missing; "" when usable.
 // One stat when it exists: every system call is ~10-60 us on a virtual
 // machine, and a cache hit opens the cache once.
-std::string prepareDir(const std::string &dir, uid_t euid) {
+std::string prepareDir(const std::string &dir, uid_t euid, bool followLink = true) {
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) {
+  if ((followLink ? ::stat(dir.c_str(), &st) : ::lstat(dir.c_str(), &st)) != 0) {
     if (errno != ENOENT)
       return fmt::format("cannot stat it: {}", std::strerror(errno));
     std::error_code ec;
@@ -185,6 +211,91 @@ void evictAfterStore(const std::string &root, uint64_t added) {
   (*estimates)[root] = {left, now, true};
 }
 
+// The secret as its file holds it, or nullopt with `why`.
+std::optional<CacheSecret> readSecret(const std::string &path, std::string &why) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    why = errno == ENOENT ? "" : fmt::format("cannot open its key file {}: {}", path, std::strerror(errno));
+    return std::nullopt;
+  }
+  CacheSecret secret;
+  struct stat st;
+  bool ok = ::fstat(fd, &st) == 0;
+  if (!ok || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077))
+    why = fmt::format("its key file {} is not a file of this user's that only this user can read", path);
+  else if (st.st_size != off_t(secret.size()) || ::read(fd, secret.data(), secret.size()) != ssize_t(secret.size()))
+    why = fmt::format("its key file {} does not hold {} bytes", path, secret.size());
+  ::close(fd);
+  if (!why.empty())
+    return std::nullopt;
+  return secret;
+}
+
+// The directory's secret, made by the first process that needs it: a
+// temporary file linked into place, so no reader sees it half written and
+// two processes that race both end up with the one that was linked first.
+std::optional<CacheSecret> makeOrReadSecret(const std::string &dir, std::string &why) {
+  std::string path = dir + "/key";
+  if (auto s = readSecret(path, why); s || !why.empty())
+    return s;
+  CacheSecret secret;
+  if (::getrandom(secret.data(), secret.size(), 0) != ssize_t(secret.size())) {
+    why = fmt::format("no random bytes for its key: {}", std::strerror(errno));
+    return std::nullopt;
+  }
+  std::string tmp = fmt::format("{}/.tmp-key-{}-{}", dir, ::getpid(), std::random_device{}());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    why = fmt::format("cannot write its key file: {}", std::strerror(errno));
+    return std::nullopt;
+  }
+  bool ok = ::write(fd, secret.data(), secret.size()) == ssize_t(secret.size());
+  ok &= ::close(fd) == 0;
+  bool linked = ok && ::link(tmp.c_str(), path.c_str()) == 0;
+  int linkErrno = errno;
+  ::unlink(tmp.c_str());
+  if (linked)
+    return secret;
+  if (ok && linkErrno == EEXIST) // another process was first: its key is the directory's
+    return readSecret(path, why);
+  why = fmt::format("cannot write its key file {}: {}", path, std::strerror(ok ? linkErrno : errno));
+  return std::nullopt;
+}
+
+// Read once per key file and process (a cache hit opens the cache): one
+// stat tells whether the file is still the one read (a directory removed
+// and made again has a new key).
+std::optional<CacheSecret> cacheSecret(const std::string &dir, std::string &why) {
+  struct Known {
+    dev_t dev;
+    ino_t ino;
+    CacheSecret secret;
+  };
+  static auto *mutex = new std::mutex; // never destroyed: stores run during exit
+  static auto *known = new std::map<std::string, Known>;
+  std::string path = dir + "/key";
+  struct stat st;
+  // Still this user's own file, only this user's to read: else read
+  // again, to be refused with the reason.
+  bool exists = ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+                !(st.st_mode & 077);
+  std::lock_guard lock(*mutex);
+  if (auto it = known->find(dir); exists && it != known->end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino)
+    return it->second.secret;
+  std::optional<CacheSecret> secret = makeOrReadSecret(dir, why);
+  if (secret && ::lstat(path.c_str(), &st) == 0)
+    (*known)[dir] = {st.st_dev, st.st_ino, *secret};
+  return secret;
+}
+
+// A path as text a terminal shows: a NUL as \0.
+std::string printable(const std::string &path) {
+  std::string out;
+  for (char c : path)
+    out += c == '\0' ? std::string("\\0") : std::string(1, c);
+  return out;
+}
+
 // Each refused directory is reported once per process, not at every compile.
 void warnOnce(const CacheWarningSink &warn, const std::string &message) {
   static auto *mutex = new std::mutex; // never destroyed, as above
@@ -233,13 +344,27 @@ std::optional<ObjectCache> ObjectCache::open(const CacheConfig &config) {
     warn("no cache directory (HSNN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); kernels are not cached on disk");
     return std::nullopt;
   }
+  if (dir.find('\0') != std::string::npos) {
+    // The system calls would see the path cut at the NUL: another directory.
+    warn(fmt::format("refusing cache directory '{}': it contains a NUL character; kernels are not cached on disk",
+                     printable(dir)));
+    return std::nullopt;
+  }
   uid_t euid = ::geteuid();
+  // The root may be a link the user made (~/.cache elsewhere); the
+  // category directories inside it are the cache's own and never links.
   for (const std::string &d : {dir, dir + "/cpu", dir + "/gpu"})
-    if (std::string why = prepareDir(d, euid); !why.empty()) {
+    if (std::string why = prepareDir(d, euid, /*followLink=*/d == dir); !why.empty()) {
       warn(fmt::format("refusing cache directory {}: {}; kernels are not cached on disk", d, why));
       return std::nullopt;
     }
-  return ObjectCache(dir, config.warn);
+  std::string why;
+  std::optional<CacheSecret> secret = cacheSecret(dir, why);
+  if (!secret) {
+    warn(fmt::format("refusing cache directory {}: {}; kernels are not cached on disk", dir, why));
+    return std::nullopt;
+  }
+  return ObjectCache(dir, *secret, config.warn);
 }
 
 std::optional<std::vector<char>> ObjectCache::load(CacheCategory category, const CacheKey &key) const {
@@ -272,8 +397,10 @@ std::optional<CacheEntry> ObjectCache::loadUnchecked(CacheCategory category, con
     return std::nullopt;
   std::vector<char> file;
   struct stat st;
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && st.st_size >= off_t(kHeaderSize) &&
-            st.st_size < (off_t(1) << 32);
+  // One name only: a hard link is a file that also lives elsewhere, where
+  // anyone who can write that other name changes the entry.
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid() &&
+            st.st_size >= off_t(kHeaderSize) && st.st_size < (off_t(1) << 32);
   if (ok) {
     file.resize(size_t(st.st_size));
     size_t got = 0;
@@ -304,8 +431,8 @@ std::optional<CacheEntry> ObjectCache::loadUnchecked(CacheCategory category, con
       std::memcmp(p + 16, key.data(), 32) != 0 || size != file.size() - kHeaderSize || descLen > size ||
       descLen > kMaxDescription)
     return reject();
-  CacheKey bodyHash = hashBytes(p + kHeaderSize, size);
-  if (std::memcmp(p + 56, bodyHash.data(), 32) != 0)
+  CacheKey mac = entryMac(secret_, category, key, p + kHeaderSize, size);
+  if (std::memcmp(p + 56, mac.data(), 32) != 0)
     return reject();
   // Marks it recently used for the LRU; an entry used in the last minute
   // already is, and the call would be a system call more per hit.
@@ -328,8 +455,8 @@ void ObjectCache::storeUnchecked(CacheCategory category, const CacheKey &key, co
   put(file, uint32_t(category));
   file.insert(file.end(), key.begin(), key.end());
   put(file, uint64_t(body.size()));
-  CacheKey h = hashBytes(body.data(), body.size());
-  file.insert(file.end(), h.begin(), h.end());
+  CacheKey mac = entryMac(secret_, category, key, body.data(), body.size());
+  file.insert(file.end(), mac.begin(), mac.end());
   put(file, uint32_t(description.size()));
   file.insert(file.end(), body.begin(), body.end());
 
@@ -387,7 +514,7 @@ uint64_t cacheScans() { return gScans.load(); }
 
 std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir) {
   std::vector<CacheEntryInfo> out;
-  if (dir.empty())
+  if (dir.empty() || dir.find('\0') != std::string::npos) // no entry was ever stored there
     return out;
   for (auto &e : entries(dir, CacheCategory::All)) {
     struct stat st;
@@ -403,6 +530,9 @@ std::vector<CacheEntryInfo> listCacheEntries(const std::string &dir) {
 Error clearCacheEntries(const std::string &dir, CacheCategory category) {
   if (dir.empty())
     return Error::success();
+  if (dir.find('\0') != std::string::npos)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("the cache directory '{}' contains a NUL character; nothing was removed", printable(dir)));
   std::error_code ec;
   for (auto &e : entries(dir, category))
     if (!fs::remove(e.path(), ec) && ec)

@@ -14,6 +14,8 @@
 namespace hsnn::detail {
 
 using CacheKey = std::array<uint8_t, 32>;
+/// A cache directory's secret key, which authenticates its entries.
+using CacheSecret = std::array<uint8_t, 32>;
 
 /// Accumulates the text that identifies a compiled object and hashes it.
 class CacheKeyBuilder {
@@ -57,7 +59,8 @@ public:
   static std::optional<ObjectCache> open(const CacheConfig &config);
 
   /// The verified payload of an entry, or nullopt on a miss. A corrupt,
-  /// truncated or foreign entry is a miss (and is removed).
+  /// truncated or foreign entry (one this directory's secret did not
+  /// authenticate, or a hard link) is a miss (and is removed).
   std::optional<std::vector<char>> load(CacheCategory category, const CacheKey &key) const;
   /// Writes an entry atomically (temporary file + rename) and evicts least
   /// recently used entries beyond the size cap. `description` says what it
@@ -70,7 +73,8 @@ public:
   const std::string &dir() const { return dir_; }
 
 private:
-  ObjectCache(std::string dir, CacheWarningSink warn) : dir_(std::move(dir)), warn_(std::move(warn)) {}
+  ObjectCache(std::string dir, const CacheSecret &secret, CacheWarningSink warn)
+      : dir_(std::move(dir)), secret_(secret), warn_(std::move(warn)) {}
   void warn(const std::string &message) const {
     if (warn_)
       warn_(message);
@@ -79,6 +83,7 @@ private:
   void storeUnchecked(CacheCategory category, const CacheKey &key, const std::vector<char> &payload,
                       std::string_view description, bool fullScan) const;
   std::string dir_;
+  CacheSecret secret_;
   CacheWarningSink warn_;
 };
 

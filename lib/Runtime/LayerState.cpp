@@ -85,6 +85,14 @@ Error checkBuffers(std::span<const BufferArg> args, const std::string &where, DT
                                                            to_string(b->dtype()), what, to_string(dtype)));
     if (b->count() != n)
       return wrongSize(a.name, b->count(), n, why);
+    // A buffer is built by callers too (DeviceBuffer's constructor is
+    // public): its byte size must not wrap, and it must have memory.
+    if (n > std::numeric_limits<size_t>::max() / elementSize(dtype))
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer '{}' holds {} elements, more bytes than the address space has", a.name, n));
+    if (n && !b->data())
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("buffer '{}' has no memory (its data is null) but says it holds {} elements", a.name, n));
     views.push_back({a.name, b->data(), b->bytes(), a.output});
   }
   return checkOverlap(views);

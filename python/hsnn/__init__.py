@@ -123,6 +123,13 @@ class Loss(_core.Loss):
     forward_elements = _wrap(_core.Loss.forward_elements, ["y_pred", "y_true"], _loss_on_device(1))
     gradient = _wrap(_core.Loss.gradient, ["y_pred", "y_true"], _loss_on_device(2))
     fused = _wrap(_core.Loss.fused, ["y_pred", "y_true"], _loss_on_device(3))
+def _restore(cls, args, state):
+    """Unpickles a layer or loss: made again from its arguments, then given the constants it had."""
+    obj = cls(*args)
+    obj._set_state(state)
+    return obj
+
+
 from . import compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
 
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace py = pybind11;
@@ -173,15 +174,58 @@ template <class T> void waitForCompile(const T &code) {
   check(e);
 }
 
+// pybind11 makes an instance's C++ object lazily, from uninitialised memory
+// and without a constructor, when a method is called on an instance that
+// __new__ made without __init__ (type(o).__new__(type(o))). That memory is
+// zeroed here, so `ready` is false in it, and every access checks it.
+struct Constructed {
+  static void *operator new(size_t size) { return std::memset(::operator new(size), 0, size); }
+  static void operator delete(void *p) { ::operator delete(p); }
+  bool ready = true;
+  template <class T> T &checked(T &value, const char *type) const {
+    if (!ready)
+      throw py::type_error(std::string("this ") + type + " was never initialised (made by __new__ without __init__); "
+                           "create one with hsnn." + type + "(...)");
+    return value;
+  }
+};
+
+// What unpickling calls: hsnn._restore(cls, args, state) makes the object
+// and sets its constants. (A method named __setstate__ would be taken by
+// pybind11 for a constructor.)
+py::object restorer() { return py::module_::import("hsnn").attr("_restore"); }
+
+// The arguments a layer or loss was made with (its current constants are
+// read from it): enough to make it again in another process.
+struct LayerArgs {
+  std::vector<NodeSpec> nodes;
+  std::string dtype = "float32", layout = "nodes_major", method = "auto";
+  unsigned threads = 0;
+  int optLevel = 3;
+  bool fastMath = false, bake = false;
+  int gpuId = 0;
+  bool tiered = false;
+};
+struct LossArgs {
+  std::string formula;
+  std::map<std::string, double> constants;
+  std::string reduction = "mean", dtype = "float32", method = "auto";
+  bool tiered = false;
+};
+
 // A layer over (nodes, batch) or (batch, nodes) arrays.
-struct PyLayer {
-  ActivationLayer layer;
+struct PyLayer : Constructed {
+  explicit PyLayer(ActivationLayer l, LayerArgs a = {}) : layer_(std::move(l)), args(std::move(a)) {}
+  const ActivationLayer &get() const { return checked(layer_, "ActivationLayer"); }
+  ActivationLayer &get() { return checked(layer_, "ActivationLayer"); }
+  ActivationLayer layer_;
+  LayerArgs args; // what it was made from, for pickling
 
   std::vector<py::ssize_t> shapeFor(const py::array &z) const {
     if (z.ndim() != 2)
       throw py::value_error("'z' must be 2-D: (nodes, batch) for nodes_major, (batch, nodes) for batch_major");
-    py::ssize_t nodes = py::ssize_t(layer.numNodes());
-    bool nm = layer.layout() == Layout::NodesMajor;
+    py::ssize_t nodes = py::ssize_t(get().numNodes());
+    bool nm = get().layout() == Layout::NodesMajor;
     py::ssize_t batch = nm ? z.shape(0) == nodes ? z.shape(1) : -1 : z.shape(1) == nodes ? z.shape(0) : -1;
     if (batch < 0)
       throw py::value_error("'z' has " + std::to_string(nm ? z.shape(0) : z.shape(1)) + " nodes along axis " +
@@ -189,16 +233,16 @@ struct PyLayer {
     return nm ? std::vector<py::ssize_t>{nodes, batch} : std::vector<py::ssize_t>{batch, nodes};
   }
   size_t batchOf(const std::vector<py::ssize_t> &shape) const {
-    return size_t(layer.layout() == Layout::NodesMajor ? shape[1] : shape[0]);
+    return size_t(get().layout() == Layout::NodesMajor ? shape[1] : shape[0]);
   }
   py::array output(const std::vector<py::ssize_t> &shape) const {
-    return layer.dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+    return get().dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
   }
   py::array outputOr(const py::object &out, const char *name, const std::vector<py::ssize_t> &shape) const {
     if (out.is_none())
       return output(shape);
     py::array a = out.cast<py::array>();
-    checkArray(a, name, layer.dtype(), shape);
+    checkArray(a, name, get().dtype(), shape);
     if (!a.writeable())
       throw py::value_error(std::string("'") + name + "' is read-only");
     return a;
@@ -208,33 +252,33 @@ struct PyLayer {
                                size_t batch) const {
     py::gil_scoped_release unlocked;
     if (kind == 0)
-      return layer.forward(cspan<T>(z), span<T>(o0), batch);
+      return get().forward(cspan<T>(z), span<T>(o0), batch);
     if (kind == 1)
-      return layer.backward(cspan<T>(z), cspan<T>(*err), span<T>(o0), batch);
-    return layer.fused(cspan<T>(z), span<T>(o0), span<T>(*o1), batch);
+      return get().backward(cspan<T>(z), cspan<T>(*err), span<T>(o0), batch);
+    return get().fused(cspan<T>(z), span<T>(o0), span<T>(*o1), batch);
   }
   Error run(int kind, const py::array &z, const py::array *err, py::array &o0, py::array *o1, size_t batch) const {
-    return layer.dtype() == DType::F32 ? run3<float>(kind, z, err, o0, o1, batch) : run3<double>(kind, z, err, o0, o1, batch);
+    return get().dtype() == DType::F32 ? run3<float>(kind, z, err, o0, o1, batch) : run3<double>(kind, z, err, o0, o1, batch);
   }
 
   py::array forward(const py::array &z, const py::object &out) const {
     auto shape = shapeFor(z);
-    checkArray(z, "z", layer.dtype(), shape);
+    checkArray(z, "z", get().dtype(), shape);
     py::array a = outputOr(out, "out", shape);
     check(run(0, z, nullptr, a, nullptr, batchOf(shape)));
     return a;
   }
   py::array backward(const py::array &z, const py::array &err, const py::object &out) const {
     auto shape = shapeFor(z);
-    checkArray(z, "z", layer.dtype(), shape);
-    checkArray(err, "err", layer.dtype(), shape);
+    checkArray(z, "z", get().dtype(), shape);
+    checkArray(err, "err", get().dtype(), shape);
     py::array d = outputOr(out, "out", shape);
     check(run(1, z, &err, d, nullptr, batchOf(shape)));
     return d;
   }
   py::tuple fused(const py::array &z) const {
     auto shape = shapeFor(z);
-    checkArray(z, "z", layer.dtype(), shape);
+    checkArray(z, "z", get().dtype(), shape);
     py::array a = output(shape), d = output(shape);
     check(run(2, z, nullptr, a, &d, batchOf(shape)));
     return py::make_tuple(a, d);
@@ -248,14 +292,14 @@ struct PyLayer {
       throw py::value_error("expected " + std::to_string(count) + " arrays");
     std::vector<python::DeviceArray> arrays;
     for (size_t i = 0; i < count; ++i)
-      arrays.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[kind][i], layer.dtype()));
+      arrays.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[kind][i], get().dtype()));
     const auto &shape = arrays[0].shape;
     if (shape.size() != 2)
       throw py::value_error("'z' must be 2-D: (nodes, batch) for nodes_major, (batch, nodes) for batch_major");
-    bool nm = layer.layout() == Layout::NodesMajor;
-    if (shape[nm ? 0 : 1] != int64_t(layer.numNodes()))
+    bool nm = get().layout() == Layout::NodesMajor;
+    if (shape[nm ? 0 : 1] != int64_t(get().numNodes()))
       throw py::value_error("'z' has " + std::to_string(shape[nm ? 0 : 1]) + " nodes along axis " + (nm ? "0" : "1") +
-                            "; the layer has " + std::to_string(layer.numNodes()));
+                            "; the layer has " + std::to_string(get().numNodes()));
     for (size_t i = 1; i < count; ++i)
       if (arrays[i].shape != shape)
         throw py::value_error(std::string("'") + names[kind][i] + "' must have the shape of 'z'");
@@ -263,25 +307,25 @@ struct PyLayer {
     Error e;
     {
       py::gil_scoped_release unlocked;
-      e = kind == 0   ? layer.forward(arrays[0].buffer, arrays[1].buffer, batch)
-          : kind == 1 ? layer.backward(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch)
-                      : layer.fused(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch);
+      e = kind == 0   ? get().forward(arrays[0].buffer, arrays[1].buffer, batch)
+          : kind == 1 ? get().backward(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch)
+                      : get().fused(arrays[0].buffer, arrays[1].buffer, arrays[2].buffer, batch);
     }
     check(std::move(e));
   }
 
   py::array_t<double> constantGradients(const py::array &z, const py::array &err) const {
     auto shape = shapeFor(z);
-    checkArray(z, "z", layer.dtype(), shape);
-    checkArray(err, "err", layer.dtype(), shape);
-    py::array_t<double> g(py::ssize_t(layer.params().size()));
+    checkArray(z, "z", get().dtype(), shape);
+    checkArray(err, "err", get().dtype(), shape);
+    py::array_t<double> g(py::ssize_t(get().params().size()));
     std::span<double> out(g.mutable_data(), size_t(g.size()));
     size_t batch = batchOf(shape);
     Error e;
     {
       py::gil_scoped_release unlocked;
-      e = layer.dtype() == DType::F32 ? layer.constantGradients(cspan<float>(z), cspan<float>(err), out, batch)
-                                      : layer.constantGradients(cspan<double>(z), cspan<double>(err), out, batch);
+      e = get().dtype() == DType::F32 ? get().constantGradients(cspan<float>(z), cspan<float>(err), out, batch)
+                                      : get().constantGradients(cspan<double>(z), cspan<double>(err), out, batch);
     }
     check(std::move(e));
     return g;
@@ -289,39 +333,43 @@ struct PyLayer {
 };
 
 // A loss over arrays of any shape (y_pred and y_true of the same shape).
-struct PyLoss {
-  Loss loss;
+struct PyLoss : Constructed {
+  explicit PyLoss(Loss l, LossArgs a = {}) : loss_(std::move(l)), args(std::move(a)) {}
+  const Loss &get() const { return checked(loss_, "Loss"); }
+  Loss &get() { return checked(loss_, "Loss"); }
+  Loss loss_;
+  LossArgs args; // what it was made from, for pickling
 
   void checkPair(const py::array &yp, const py::array &yt) const {
     std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());
-    checkArray(yp, "y_pred", loss.dtype(), shape);
-    checkArray(yt, "y_true", loss.dtype(), shape);
+    checkArray(yp, "y_pred", get().dtype(), shape);
+    checkArray(yt, "y_true", get().dtype(), shape);
   }
   py::array like(const py::array &yp) const {
     std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());
-    return loss.dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+    return get().dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
   }
   template <class T> Expected<double> call(int kind, const py::array &yp, const py::array &yt, py::array *out) const {
     py::gil_scoped_release unlocked;
     auto p = cspan<T>(yp), t = cspan<T>(yt);
     switch (kind) {
     case 0:
-      return loss.forward(p, t);
+      return get().forward(p, t);
     case 1:
-      if (Error e = loss.forwardElements(p, t, span<T>(*out)))
+      if (Error e = get().forwardElements(p, t, span<T>(*out)))
         return e;
       return 0.0;
     case 2:
-      if (Error e = loss.gradient(p, t, span<T>(*out)))
+      if (Error e = get().gradient(p, t, span<T>(*out)))
         return e;
       return 0.0;
     default:
-      return loss.fused(p, t, span<T>(*out));
+      return get().fused(p, t, span<T>(*out));
     }
   }
   double run(int kind, const py::array &yp, const py::array &yt, py::array *out) const {
     checkPair(yp, yt);
-    return take(loss.dtype() == DType::F32 ? call<float>(kind, yp, yt, out) : call<double>(kind, yp, yt, out));
+    return take(get().dtype() == DType::F32 ? call<float>(kind, yp, yt, out) : call<double>(kind, yp, yt, out));
   }
   // CUDA arrays (DLPack capsules): kind 0 forward (y_pred, y_true), 1
   // elements, 2 gradient, 3 fused (the third array is the caller's output).
@@ -332,7 +380,7 @@ struct PyLoss {
       throw py::value_error("expected " + std::to_string(count) + " arrays");
     std::vector<python::DeviceArray> a;
     for (size_t i = 0; i < count; ++i)
-      a.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[i], loss.dtype()));
+      a.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[i], get().dtype()));
     for (size_t i = 1; i < count; ++i)
       if (a[i].shape != a[0].shape)
         throw py::value_error(std::string("'") + names[i] + "' must have the shape of 'y_pred'");
@@ -340,13 +388,13 @@ struct PyLoss {
     {
       py::gil_scoped_release unlocked;
       if (kind == 0)
-        r = loss.forward(a[0].buffer, a[1].buffer);
+        r = get().forward(a[0].buffer, a[1].buffer);
       else if (kind == 1)
-        r = errorOr(loss.forwardElements(a[0].buffer, a[1].buffer, a[2].buffer));
+        r = errorOr(get().forwardElements(a[0].buffer, a[1].buffer, a[2].buffer));
       else if (kind == 2)
-        r = errorOr(loss.gradient(a[0].buffer, a[1].buffer, a[2].buffer));
+        r = errorOr(get().gradient(a[0].buffer, a[1].buffer, a[2].buffer));
       else
-        r = loss.fused(a[0].buffer, a[1].buffer, a[2].buffer);
+        r = get().fused(a[0].buffer, a[1].buffer, a[2].buffer);
     }
     return take(std::move(r));
   }
@@ -365,14 +413,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("_set_formula_error", [](py::object cls) { gFormulaError = std::move(cls); });
 
   py::class_<PyLayer>(m, "ActivationLayer", "One formula per node, run over (nodes, batch) or (batch, nodes) arrays.")
+      // A copy (copy.copy keeps the caller's class): shares the compiled code, owns its constants.
+      .def(py::init([](const PyLayer &other) { return PyLayer(other.get(), other.args); }), py::arg("other"))
       .def(py::init([](const py::iterable &nodes, const py::object &dtype, const std::string &layout,
                        const std::string &method, unsigned threads, int optLevel, bool fastMath, bool bake, int gpuId,
                        bool tiered, const py::object &progress) {
              LayerOptions o{parseMethodName(method), parseDType(dtype), parseLayout(layout), threads, optLevel, fastMath,
                             bake, gpuId, tiered};
              std::vector<NodeSpec> specs = readNodes(nodes);
+             LayerArgs args{specs, numpyName(o.dtype), layout, method, threads, optLevel, fastMath, bake, gpuId, tiered};
              if (progress.is_none())
-               return PyLayer{take(ActivationLayer::compile(specs, o))};
+               return PyLayer(take(ActivationLayer::compile(specs, o)), std::move(args));
              // Compile threads call back into Python: the GIL must be free while compiling.
              // Its last owner may be a compile thread: drop the reference under the GIL.
              std::shared_ptr<py::object> callback(new py::object(progress), [](py::object *p) {
@@ -392,13 +443,13 @@ PYBIND11_MODULE(_core, m) {
                py::gil_scoped_release unlocked;
                compiled.emplace(ActivationLayer::compile(specs, o));
              }
-             return PyLayer{take(std::move(*compiled))};
+             return PyLayer(take(std::move(*compiled)), std::move(args));
            }),
            py::arg("nodes"), py::arg("dtype") = "float32", py::arg("layout") = "nodes_major", py::arg("method") = "auto",
            py::arg("threads") = 0, py::arg("opt_level") = 3, py::arg("fast_math") = false,
            py::arg("bake_constants") = false, py::arg("gpu_id") = 0, py::arg("tiered") = false,
            py::arg("progress") = py::none())
-      .def("wait_for_compile", [](const PyLayer &l) { waitForCompile(l.layer); }, kWaitDoc)
+      .def("wait_for_compile", [](const PyLayer &l) { waitForCompile(l.get()); }, kWaitDoc)
       .def("forward", &PyLayer::forward, py::arg("z"), py::arg("out") = py::none(), "a = f(z)")
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")
@@ -408,8 +459,8 @@ PYBIND11_MODULE(_core, m) {
       .def("_time_forward", [](const PyLayer &l, const py::array &z, py::array out, int reps) {
              // The same forward timed inside C++ (median ms), for hsnn.bench's Python-overhead figure.
              auto shape = l.shapeFor(z);
-             checkArray(z, "z", l.layer.dtype(), shape);
-             checkArray(out, "out", l.layer.dtype(), shape);
+             checkArray(z, "z", l.get().dtype(), shape);
+             checkArray(out, "out", l.get().dtype(), shape);
              std::vector<double> ms;
              for (int r = 0; r < std::max(1, reps); ++r) {
                auto t0 = std::chrono::steady_clock::now();
@@ -419,34 +470,52 @@ PYBIND11_MODULE(_core, m) {
              std::sort(ms.begin(), ms.end());
              return ms[ms.size() / 2];
            }, py::arg("z"), py::arg("out"), py::arg("reps") = 9)
-      .def("set_constant", [](PyLayer &l, size_t node, const std::string &name, double v) { check(l.layer.setConstant(node, name, v)); },
+      .def("set_constant", [](PyLayer &l, size_t node, const std::string &name, double v) { check(l.get().setConstant(node, name, v)); },
            py::arg("node"), py::arg("name"), py::arg("value"))
       .def("set_params", [](PyLayer &l, py::array_t<double, py::array::c_style | py::array::forcecast> v) {
-             check(l.layer.setParams({v.data(), size_t(v.size())}));
+             check(l.get().setParams({v.data(), size_t(v.size())}));
            }, py::arg("values"), "every constant at once, in params order")
       .def("constant_gradients", &PyLayer::constantGradients, py::arg("z"), py::arg("err"),
            "per params entry: the sum over its node's batch of err * df/dc (float64)")
-      .def("constant", [](const PyLayer &l, size_t node, const std::string &name) { return take(l.layer.constant(node, name)); },
+      .def("constant", [](const PyLayer &l, size_t node, const std::string &name) { return take(l.get().constant(node, name)); },
            py::arg("node"), py::arg("name"))
-      .def("constant_names", [](const PyLayer &l, size_t node) { return l.layer.constantNames(node); })
-      .def("formula", [](const PyLayer &l, size_t node) { return l.layer.formula(node); })
-      .def("derivative", [](const PyLayer &l, size_t node) { return l.layer.derivative(node); })
-      .def("compile_info", [](const PyLayer &l) { return compileInfoDict(l.layer.compileInfo()); })
-      .def("set_gpu_id", [](PyLayer &l, int id) { check(l.layer.setGpuId(id)); }, py::arg("id"))
-      .def_property_readonly("gpu_id", [](const PyLayer &l) { return l.layer.gpuId(); })
-      .def("__copy__", [](const PyLayer &l) { return PyLayer{l.layer}; })
-      .def("__deepcopy__", [](const PyLayer &l, py::dict) { return PyLayer{l.layer}; })
-      .def_property_readonly("num_nodes", [](const PyLayer &l) { return l.layer.numNodes(); })
-      .def_property_readonly("dtype", [](const PyLayer &l) { return numpyName(l.layer.dtype()); })
-      .def_property_readonly("layout", [](const PyLayer &l) { return std::string(to_string(l.layer.layout())); })
-      .def_property_readonly("method", [](const PyLayer &l) { return std::string(to_string(l.layer.method())); })
-      .def_property_readonly("params", [](const PyLayer &l) { return l.layer.params(); })
+      .def("constant_names", [](const PyLayer &l, size_t node) { return l.get().constantNames(node); })
+      .def("formula", [](const PyLayer &l, size_t node) { return l.get().formula(node); })
+      .def("derivative", [](const PyLayer &l, size_t node) { return l.get().derivative(node); })
+      .def("compile_info", [](const PyLayer &l) { return compileInfoDict(l.get().compileInfo()); })
+      .def("set_gpu_id", [](PyLayer &l, int id) { check(l.get().setGpuId(id)); }, py::arg("id"))
+      .def_property_readonly("gpu_id", [](const PyLayer &l) { return l.get().gpuId(); })
+      .def("__copy__", [](const py::object &self) { return py::type::of(self)(self); })
+      .def("__deepcopy__", [](const py::object &self, const py::dict &) { return py::type::of(self)(self); })
+      // Pickled as what it was made from and its current constants, in any protocol.
+      .def("__reduce__", [](const py::object &self) {
+             const PyLayer &l = self.cast<const PyLayer &>();
+             py::list nodes;
+             for (const NodeSpec &n : l.args.nodes)
+               nodes.append(py::make_tuple(n.formula, n.constants));
+             const LayerArgs &a = l.args;
+             py::tuple init = py::make_tuple(nodes, a.dtype, a.layout, a.method, a.threads, a.optLevel, a.fastMath, a.bake,
+                                             a.gpuId, a.tiered);
+             // Baked constants cannot change, so there is nothing to restore.
+             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init,
+                                                              a.bake ? py::object(py::none()) : py::cast(l.get().params())));
+           })
+      .def("_set_state", [](PyLayer &l, const py::object &params) {
+             if (!params.is_none())
+               check(l.get().setParams(params.cast<std::vector<double>>()));
+           })
+      .def_property_readonly("num_nodes", [](const PyLayer &l) { return l.get().numNodes(); })
+      .def_property_readonly("dtype", [](const PyLayer &l) { return numpyName(l.get().dtype()); })
+      .def_property_readonly("layout", [](const PyLayer &l) { return std::string(to_string(l.get().layout())); })
+      .def_property_readonly("method", [](const PyLayer &l) { return std::string(to_string(l.get().method())); })
+      .def_property_readonly("params", [](const PyLayer &l) { return l.get().params(); })
       .def_property_readonly("offsets", [](const PyLayer &l) {
-        auto o = l.layer.offsets();
+        auto o = l.get().offsets();
         return std::vector<uint64_t>(o.begin(), o.end());
       });
 
   py::class_<PyLoss>(m, "Loss", "A loss formula in y_pred and y_true.")
+      .def(py::init([](const PyLoss &other) { return PyLoss(other.get(), other.args); }), py::arg("other"))
       .def(py::init([](const std::string &formula, const py::object &constants, const std::string &reduction,
                        const py::object &dtype, const std::string &method, bool tiered) {
              std::map<std::string, double> c;
@@ -454,11 +523,27 @@ PYBIND11_MODULE(_core, m) {
                c = constants.cast<std::map<std::string, double>>();
              LossOptions o{parseMethodName(method), parseDType(dtype), parseReduction(reduction)};
              o.tiered = tiered;
-             return PyLoss{take(Loss::compile(formula, c, o))};
+             LossArgs args{formula, c, reduction, numpyName(o.dtype), method, tiered};
+             return PyLoss(take(Loss::compile(formula, c, o)), std::move(args));
            }),
            py::arg("formula"), py::arg("constants") = py::none(), py::arg("reduction") = "mean",
            py::arg("dtype") = "float32", py::arg("method") = "auto", py::arg("tiered") = false)
-      .def("wait_for_compile", [](const PyLoss &l) { waitForCompile(l.loss); }, kWaitDoc)
+      .def("wait_for_compile", [](const PyLoss &l) { waitForCompile(l.get()); }, kWaitDoc)
+      .def("__copy__", [](const py::object &self) { return py::type::of(self)(self); })
+      .def("__deepcopy__", [](const py::object &self, const py::dict &) { return py::type::of(self)(self); })
+      .def("__reduce__", [](const py::object &self) {
+             const PyLoss &l = self.cast<const PyLoss &>();
+             const LossArgs &a = l.args;
+             py::dict constants;
+             for (const std::string &name : l.get().constantNames())
+               constants[py::str(name)] = take(l.get().constant(name));
+             py::tuple init = py::make_tuple(a.formula, a.constants, a.reduction, a.dtype, a.method, a.tiered);
+             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init, constants));
+           })
+      .def("_set_state", [](PyLoss &l, const std::map<std::string, double> &constants) {
+             for (const auto &[name, value] : constants)
+               check(l.get().setConstant(name, value));
+           })
       .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
            py::arg("y_pred"), py::arg("y_true"), "the reduced loss")
       .def("forward_elements", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
@@ -478,30 +563,30 @@ PYBIND11_MODULE(_core, m) {
            }, py::arg("y_pred"), py::arg("y_true"), "(loss, gradient) in one pass")
       .def("_run_device", &PyLoss::runDevice, py::arg("kind"), py::arg("capsules"),
            "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out])")
-      .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.loss.setConstant(name, v)); })
-      .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.loss.constant(name)); })
-      .def("constant_names", [](const PyLoss &l) { return l.loss.constantNames(); })
+      .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.get().setConstant(name, v)); })
+      .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.get().constant(name)); })
+      .def("constant_names", [](const PyLoss &l) { return l.get().constantNames(); })
       .def("constant_gradients", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
              l.checkPair(yp, yt);
-             py::array_t<double> g(py::ssize_t(l.loss.constantNames().size()));
+             py::array_t<double> g(py::ssize_t(l.get().constantNames().size()));
              std::span<double> out(g.mutable_data(), size_t(g.size()));
              Error e;
              {
                py::gil_scoped_release unlocked;
-               e = l.loss.dtype() == DType::F32 ? l.loss.constantGradients(cspan<float>(yp), cspan<float>(yt), out)
-                                                : l.loss.constantGradients(cspan<double>(yp), cspan<double>(yt), out);
+               e = l.get().dtype() == DType::F32 ? l.get().constantGradients(cspan<float>(yp), cspan<float>(yt), out)
+                                                : l.get().constantGradients(cspan<double>(yp), cspan<double>(yt), out);
              }
              check(std::move(e));
              return g;
            }, py::arg("y_pred"), py::arg("y_true"), "d(loss)/dc per constant (constant_names order), reduced as the loss")
-      .def("formula", [](const PyLoss &l) { return l.loss.formula(); })
-      .def("derivative", [](const PyLoss &l) { return l.loss.derivative(); })
-      .def("compile_info", [](const PyLoss &l) { return compileInfoDict(l.loss.compileInfo()); })
-      .def("set_gpu_id", [](PyLoss &l, int id) { check(l.loss.setGpuId(id)); }, py::arg("id"))
-      .def_property_readonly("gpu_id", [](const PyLoss &l) { return l.loss.gpuId(); })
-      .def_property_readonly("reduction", [](const PyLoss &l) { return std::string(to_string(l.loss.reduction())); })
-      .def_property_readonly("dtype", [](const PyLoss &l) { return numpyName(l.loss.dtype()); })
-      .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.loss.method())); });
+      .def("formula", [](const PyLoss &l) { return l.get().formula(); })
+      .def("derivative", [](const PyLoss &l) { return l.get().derivative(); })
+      .def("compile_info", [](const PyLoss &l) { return compileInfoDict(l.get().compileInfo()); })
+      .def("set_gpu_id", [](PyLoss &l, int id) { check(l.get().setGpuId(id)); }, py::arg("id"))
+      .def_property_readonly("gpu_id", [](const PyLoss &l) { return l.get().gpuId(); })
+      .def_property_readonly("reduction", [](const PyLoss &l) { return std::string(to_string(l.get().reduction())); })
+      .def_property_readonly("dtype", [](const PyLoss &l) { return numpyName(l.get().dtype()); })
+      .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.get().method())); });
 
   auto mode = [](const std::string &s) {
     return choose<FormulaMode>("mode", s, {{"activation", FormulaMode::Activation}, {"loss", FormulaMode::Loss}});
@@ -568,6 +653,8 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("update_runtime_flags", [](std::optional<bool> cache, std::optional<bool> strict, std::optional<unsigned> threads,
                                    std::optional<std::string> dir) {
+        if (dir && dir->find('\0') != std::string::npos)
+          throw py::value_error("cache_dir contains a NUL character");
         updateRuntimeFlags({cache, strict, threads, dir});
       }, py::arg("use_kernel_cache") = py::none(), py::arg("strict") = py::none(), py::arg("threads") = py::none(),
       py::arg("cache_dir") = py::none(), "changes only the flags given");

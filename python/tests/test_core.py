@@ -1,6 +1,7 @@
 """hsnn's Python package: results against NumPy, errors as exceptions."""
 import copy
 import math
+import pickle
 import threading
 
 import numpy as np
@@ -90,6 +91,56 @@ def test_copies_own_their_constants():
     other = copy.copy(layer)
     other.set_constant(0, "alpha", 5.0)
     assert layer.constant(0, "alpha") == 2.0 and other.constant(0, "alpha") == 5.0
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_layers_and_losses_pickle_in_every_protocol_with_their_constants(protocol):
+    layer = hsnn.ActivationLayer(["gelu", ("sin(num)*alpha", {"alpha": 2.0})], dtype="float64", layout="batch_major",
+                                 method="cpu_interp")
+    layer.set_constant(1, "alpha", 3.0)
+    back = pickle.loads(pickle.dumps(layer, protocol=protocol))
+    assert type(back) is hsnn.ActivationLayer
+    assert (back.dtype, back.layout, back.method, back.params) == ("float64", "batch_major", "cpu_interp", [3.0])
+    z = np.linspace(-2, 2, 8).reshape(4, 2)
+    np.testing.assert_array_equal(back.forward(z), layer.forward(z))
+    loss = hsnn.Loss("huber", {"delta": 0.5}, reduction="sum", dtype="float64")
+    loss.set_constant("delta", 0.7)
+    back = pickle.loads(pickle.dumps(loss, protocol=protocol))
+    assert type(back) is hsnn.Loss and back.constant("delta") == 0.7 and back.reduction == "sum"
+
+
+def test_copies_keep_the_class_and_own_their_constants():
+    class Mine(hsnn.ActivationLayer):
+        pass
+    layer = Mine([("num*alpha", {"alpha": 2.0})], method="cpu_interp")
+    for c in (copy.copy(layer), copy.deepcopy(layer)):
+        assert type(c) is Mine
+        c.set_constant(0, "alpha", 4.0)
+        assert layer.constant(0, "alpha") == 2.0
+    loss = hsnn.Loss("c*(y_pred - y_true)**2", {"c": 2.0})
+    for c in (copy.copy(loss), copy.deepcopy(loss)):
+        assert type(c) is hsnn.Loss
+        c.set_constant("c", 3.0)
+        assert loss.constant("c") == 2.0
+
+
+def test_an_object_made_by_new_without_init_is_a_type_error_not_a_crash():
+    z = np.zeros((1, 2), dtype=np.float32)
+    for cls, call in ((hsnn.ActivationLayer, lambda o: o.forward(z)), (hsnn.Loss, lambda o: o.forward(z, z))):
+        o = cls.__new__(cls)
+        name = cls.__name__
+        for f in (call, copy.copy, copy.deepcopy, pickle.dumps, lambda o: o.dtype, lambda o: o.compile_info()):
+            with pytest.raises(TypeError, match=f"this {name} was never initialised"):
+                f(o)
+        del o  # and dropping it frees nothing that was never made
+    with pytest.raises(TypeError, match="this ActivationLayer was never initialised"):
+        hsnn.ActivationLayer.__new__(hsnn.ActivationLayer).num_nodes
+
+
+def test_a_cache_directory_with_a_nul_is_refused():
+    with pytest.raises(ValueError, match="cache_dir contains a NUL character"):
+        hsnn.update_runtime_flags(cache_dir="a\x00b")
+    assert "\x00" not in hsnn.runtime_flags()["cache_dir"]
 
 
 def test_threads_run_with_the_gil_released():

@@ -37,10 +37,11 @@ struct TempCache {
     std::error_code ec;
     fs::remove_all(fs::path(dir).parent_path(), ec);
   }
+  // The entries (every file but the cache's key).
   std::vector<fs::path> files() const {
     std::vector<fs::path> v;
     for (auto &e : fs::recursive_directory_iterator(dir))
-      if (e.is_regular_file())
+      if (e.is_regular_file() && e.path() != fs::path(dir) / "key")
         v.push_back(e.path());
     return v;
   }

@@ -160,6 +160,40 @@ TEST_CASE("buffers know their dtype, element count and backend") {
         fmt::format("1 nodes x batch {} overflows the address space", size_t(1) << 62));
 }
 
+TEST_CASE("a buffer with no memory, or whose byte size wraps, is refused before any kernel runs") {
+  auto layer = ActivationLayer::compile({{"relu", {}}}, {.method = Method::CpuInterp, .dtype = DType::F32});
+  auto loss = Loss::compile("mse", {}, {.method = Method::CpuInterp, .dtype = DType::F32});
+  REQUIRE(layer);
+  REQUIRE(loss);
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  auto good = (*cpu)->allocate(4, DType::F32);
+  REQUIRE(good);
+  // DeviceBuffer's constructor is public: a caller can give it anything.
+  DeviceBuffer null(nullptr, 4, DType::F32, "cpu");
+  CHECK(layer->forward(null, *good, 4).message() ==
+        "buffer 'z' has no memory (its data is null) but says it holds 4 elements");
+  CHECK(layer->forward(*good, null, 4).message() ==
+        "buffer 'a' has no memory (its data is null) but says it holds 4 elements");
+  CHECK(loss->forward(null, *good).error().message() ==
+        "buffer 'y_pred' has no memory (its data is null) but says it holds 4 elements");
+  CHECK(loss->gradient(*good, *good, null).message() ==
+        "buffer 'grad' has no memory (its data is null) but says it holds 4 elements");
+  // 2^62 f32 elements are 2^64 bytes: the byte size must not wrap to 0.
+  const size_t huge = size_t(1) << 62;
+  std::shared_ptr<void> some(good->data(), [](void *) {});
+  DeviceBuffer wraps(some, huge, DType::F32, "cpu");
+  CHECK(wraps.bytes() == SIZE_MAX);
+  CHECK(loss->forward(wraps, wraps).error().message() ==
+        fmt::format("buffer 'y_pred' holds {} elements, more bytes than the address space has", huge));
+  CHECK(loss->fused(wraps, wraps, wraps).error().message() ==
+        fmt::format("buffer 'y_pred' holds {} elements, more bytes than the address space has", huge));
+  // Copies check them too.
+  float host[4] = {};
+  CHECK((*cpu)->toDevice(null, host, sizeof host).message() == "the buffer has no memory (its data is null)");
+  CHECK((*cpu)->toHost(host, null, sizeof host).message() == "the buffer has no memory (its data is null)");
+}
+
 TEST_CASE("a copy owns its constants") {
   auto layer = ActivationLayer::compile({{"sin(num)*alpha", {{"alpha", 2}}}}, {.method = Method::CpuInterp});
   REQUIRE(layer);

@@ -71,6 +71,7 @@ expect info-bad 2 $'hsnn-jit info: error: unexpected argument \'--frob\'\nTry \'
 export HSNN_CACHE_DIR="$(mktemp -d)/cache"
 expect cache-clear 0 "removed 0 cpu entries from $HSNN_CACHE_DIR" -- cache clear cpu
 expect cache-clear-again 0 "removed 0 cpu entries from $HSNN_CACHE_DIR" -- cache clear cpu
+expect cache-clear-two 2 $'hsnn-jit cache: error: clear takes one category, got \'cpu\' and \'gpu\' (use \'all\' for both)\nTry \'hsnn-jit cache --help\'.' -- cache clear cpu gpu
 expect cache-clear-json 0 "{\"removed\": 0, \"category\": \"all\", \"dir\": \"$HSNN_CACHE_DIR\"}" -- cache clear --json
 expect cache-stats 0 $"dir: $HSNN_CACHE_DIR"$'\ncpu: 0 entries, 0 bytes\ngpu: 0 entries, 0 bytes' -- cache stats
 out=$("$J" info --json 2>&1); code=$?
@@ -131,6 +132,25 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   grep -q 'void good_fused(const double \*z, double \*a, double \*dfdz, int64_t batch, const double \*params);' "$dir/good.h" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL header declares good_fused"; }
   grep -q 'define.*@hub_fused' "$dir/hub.ll" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL IR defines hub_fused"; }
   grep -q '.entry hub_fused' "$dir/hub.ptx" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL PTX has hub_fused"; }
+  # A number no double holds: a clear error, not an uncaught exception (exit 134).
+  printf '%s' '{"name": "m", "nodes": [{"formula": "num*c", "constants": {"c": 1e999}}]}' > "$dir/huge.json"
+  expect compile-huge-number 1 "hsnn-jit compile: error: $dir/huge.json: invalid JSON: number overflow parsing '1e999'" -- compile "$dir/huge.json" --emit obj -o "$dir/x.o"
+  # A failed write never removes what -o names: a file keeps its old bytes
+  # (written to a temporary and renamed only when whole; the file size
+  # limit makes the write fail), and a device is written in place.
+  printf 'precious' > "$dir/keep.o"
+  out=$( (trap '' XFSZ; ulimit -f 1; "$J" compile "$dir/good.json" --emit obj -o "$dir/keep.o") 2>&1); code=$?
+  if [ $code = 1 ] && [[ "$out" == "hsnn-jit compile: error: cannot write $dir/keep.o: File too large" ]] && [ "$(cat "$dir/keep.o")" = precious ] &&
+     [ -z "$(find "$dir" -name '.keep.o.tmp-*')" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL -o kept on a failed write: exit $code: $out: $(cat "$dir/keep.o" | head -c 20)"; fi
+  if [ "$(id -u)" = 0 ] && mknod "$dir/full" c 1 7 2> /dev/null; then # a /dev/full of our own
+    expect compile-o-device 1 "hsnn-jit compile: error: cannot write $dir/full: No space left on device" -- compile "$dir/good.json" --emit obj -o "$dir/full"
+    [ -c "$dir/full" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL -o device: the device node was removed"; }
+  else
+    echo "skipped: -o to a device node (mknod needs root)"
+  fi
+  "$J" compile "$dir/good.json" --emit obj -o "$dir/keep.o" && [ "$(head -c 4 "$dir/keep.o")" = $'\x7fELF' ] &&
+    [ "$(stat -c %a "$dir/keep.o")" = 644 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL -o replaces a file, keeping its mode"; }
+  expect compile-o-dir 1 "hsnn-jit compile: error: cannot write $dir: Is a directory" -- compile "$dir/good.json" --emit obj -o "$dir"
   if "$J" compile "$dir/broken.json" --emit obj 2> "$dir/err"; then fail=$((fail + 1)); echo "FAIL broken json accepted"; else
     grep -q "invalid JSON" "$dir/err" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL broken json message: $(cat "$dir/err")"; }
   fi

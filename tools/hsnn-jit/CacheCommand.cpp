@@ -28,6 +28,7 @@ GPUs, the default method, and the cache directory and size.
 
 int runCache(std::span<const std::string_view> args) {
   std::string_view action, category = "all";
+  bool categoryGiven = false;
   bool json = wantsJson(args);
   for (std::string_view a : args) {
     if (a == "-h" || a == "--help") {
@@ -38,8 +39,13 @@ int runCache(std::span<const std::string_view> args) {
       continue;
     else if (action.empty())
       action = a;
+    else if (action == "clear" && categoryGiven && (a == "all" || a == "cpu" || a == "gpu"))
+      // "clear cpu gpu" would clear only the last one named
+      return usageError("cache", fmt::format("clear takes one category, got '{}' and '{}' (use 'all' for both)",
+                                             category, a),
+                        json);
     else if (action == "clear" && (a == "all" || a == "cpu" || a == "gpu"))
-      category = a;
+      category = a, categoryGiven = true;
     else
       return usageError("cache", fmt::format("unexpected argument '{}'", a), json);
   }

@@ -178,8 +178,9 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
   Json json;
   try {
     json = Json::parse(std::get<0>(text));
-  } catch (const Json::parse_error &e) {
-    // what() starts with the library's "[json.exception.parse_error.N] ".
+  } catch (const Json::exception &e) {
+    // parse_error, or out_of_range for a number no double holds (1e999).
+    // what() starts with the library's "[json.exception.KIND.N] ".
     std::string_view why = e.what();
     if (size_t end = why.find("] "); why.starts_with("[json.exception") && end != why.npos)
       why.remove_prefix(end + 2);
@@ -294,7 +295,24 @@ int runProgram(const std::vector<std::string> &argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Writes the result to `path`, or to standard output for "-"; reports a failure.
+// Writes all of `bytes` to `fd`; false on a short write.
+bool writeAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    bytes.remove_prefix(size_t(n));
+  }
+  return true;
+}
+
+// Writes the result to `path`, or to standard output for "-"; reports a
+// failure. Nothing the user named is ever removed: a file (new or not) is
+// written to a temporary beside it and renamed over it only when whole, so
+// a failed write leaves the old file as it was; anything else that exists
+// (a device such as /dev/null, a FIFO) is written in place.
 bool writeOutput(const std::string &path, std::string_view bytes) {
   if (path == "-") {
     if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0)
@@ -302,14 +320,52 @@ bool writeOutput(const std::string &path, std::string_view bytes) {
     fmt::print(stderr, "hsnn-jit compile: error: cannot write to standard output\n");
     return false;
   }
-  std::ofstream f(path, std::ios::binary);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  f.close();
-  if (f.good())
-    return true;
-  fmt::print(stderr, "hsnn-jit compile: error: cannot write {}\n", path);
-  std::remove(path.c_str());
-  return false;
+  auto failed = [&](int err) {
+    fmt::print(stderr, "hsnn-jit compile: error: cannot write {}: {}\n", path, std::strerror(err));
+    return false;
+  };
+  // A symbolic link is written through, as compilers do: the file it names is replaced.
+  std::string target = path;
+  if (char *real = ::realpath(path.c_str(), nullptr)) {
+    target = real;
+    std::free(real);
+  }
+  struct stat st;
+  bool exists = ::stat(target.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode))
+      return failed(EISDIR);
+    int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+      return failed(errno);
+    bool ok = writeAll(fd, bytes);
+    int err = errno;
+    if (::close(fd) != 0 && ok)
+      ok = false, err = errno;
+    return ok || failed(err);
+  }
+  size_t slash = target.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+  std::string name = slash == std::string::npos ? target : target.substr(slash + 1);
+  std::string tmp = fmt::format("{}/.{}.tmp-XXXXXX", dir, name);
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0)
+    return failed(errno);
+  // The mode a new file would get (0666 less the umask), or the old file's.
+  mode_t mode = exists ? st.st_mode & 07777 : [] {
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    return 0666 & ~mask;
+  }();
+  bool ok = writeAll(fd, bytes) && ::fchmod(fd, mode) == 0;
+  int err = errno;
+  if (::close(fd) != 0 && ok)
+    ok = false, err = errno;
+  if (ok && ::rename(tmp.c_str(), target.c_str()) != 0)
+    ok = false, err = errno;
+  if (!ok)
+    ::unlink(tmp.c_str()); // ours: the temporary, never the target
+  return ok || failed(err);
 }
 
 } // namespace

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <fmt/format.h>
 #include <vector>
 
@@ -103,7 +105,8 @@ and y_true. Exit codes: 0 success, 1 bad input, 2 bad usage.
 
 } // namespace
 
-int main(int argc, char **argv) {
+namespace {
+int dispatch(int argc, char **argv) {
   using namespace hsnn::cli;
   std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty())
@@ -133,4 +136,23 @@ int main(int argc, char **argv) {
   if (cmd == "compile")
     return runCompile(rest);
   return usageError("", fmt::format("unknown command '{}'", cmd));
+}
+} // namespace
+
+// The last line of defence: every command reports its own errors, but no
+// input may end the tool with an uncaught exception (an abort and a core).
+int main(int argc, char **argv) {
+  using namespace hsnn::cli;
+  bool json = false;
+  try {
+    std::vector<std::string_view> args(argv + 1, argv + argc);
+    json = wantsJson(args);
+    return dispatch(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return reportError("", "out of memory", BadInput, json);
+  } catch (const std::exception &e) {
+    return reportError("", fmt::format("internal error: {}", e.what()), BadInput, json);
+  } catch (...) {
+    return reportError("", "internal error: an unknown exception", BadInput, json);
+  }
 }
