@@ -140,7 +140,10 @@ size_t ExprContext::size() const {
 }
 
 Expr ExprContext::intern(Node &&n) {
-  uint64_t h = mix(0, uint64_t(n.op_));
+  // A Guarded node hashes as the Piecewise it prints as (PrintOptions::
+  // guards), so operands ordered by hash (Max/Min, sums, products) keep
+  // their order when the printed text is read back.
+  uint64_t h = mix(0, uint64_t(n.op_ == Op::Guarded ? Op::Piecewise : n.op_));
   uint32_t depth = 0;
   switch (n.op_) {
   case Op::Number:

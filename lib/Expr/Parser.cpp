@@ -22,6 +22,12 @@
 namespace hsnn {
 namespace {
 
+// Whether `text` is `name` alone, give or take surrounding white space.
+bool isBareName(std::string_view text, std::string_view name) {
+  size_t b = text.find_first_not_of(" \t\n\r\f\v"), e = text.find_last_not_of(" \t\n\r\f\v");
+  return b != std::string_view::npos && text.substr(b, e - b + 1) == name;
+}
+
 using detail::Callable;
 using detail::CallKind;
 
@@ -76,9 +82,11 @@ public:
     }
     if (r.e->isBool())
       fail(r.pos, r.end - r.pos, "the formula is a condition, not a number; use it inside Piecewise");
-    if (r.e->op() == Op::Param) {
+    if (r.e->op() == Op::Param && isBareName(src_, r.e->paramName())) {
       // A formula that is one name close to a built-in (relu6, prelu,
-      // logsigmoid, hubr) is a mistyped built-in, not a constant.
+      // logsigmoid, hubr) is a mistyped built-in, not a constant. Only
+      // the bare name: "(xswish)" is the constant, as the printer writes
+      // a formula that simplified to one (log(exp(xswish))).
       std::vector<std::string> names;
       for (const BuiltinInfo &b : builtins())
         if (b.mode == opt_.mode)

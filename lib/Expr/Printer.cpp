@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "hsnn/Formula.h"
 
+#include "Names.h"
+
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
@@ -184,6 +186,13 @@ private:
   const PrintOptions &opt_;
 };
 
+bool nearBuiltinName(const std::string &name) {
+  std::vector<std::string> names;
+  for (const BuiltinInfo &b : builtins())
+    names.emplace_back(b.name);
+  return !detail::nearestName(name, names).empty();
+}
+
 } // namespace
 
 std::string print(Expr e, const PrintOptions &options) {
@@ -192,6 +201,10 @@ std::string print(Expr e, const PrintOptions &options) {
     return fmt::format("<expression too deep to print ({} levels; the limit is {})>", e->depth(), kMaxPrintedDepth);
   Printer p(options);
   try {
+    // A lone constant named close to a built-in (xswish) would read back as
+    // a mistyped built-in's name (Parser.cpp); in parentheses it is the constant.
+    if (e->op() == Op::Param && nearBuiltinName(e->paramName()))
+      return "(" + e->paramName() + ")";
     p.print(e);
   } catch (TooLong &) {
     return fmt::format("<expression too large to print (over {} characters)>", kMaxPrintedLength);

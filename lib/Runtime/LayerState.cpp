@@ -1,26 +1,21 @@
 //===- lib/Runtime/LayerState.cpp - Engines, constants and argument checks ===//
 #include "LayerState.h"
 
+#include "BackgroundCompile.h"
 #include "CPU/HostJitEngine.h"
 #include "CUDA/GpuEngine.h"
 #include "Warn.h"
 
 #include "hsnn/Runtime.h"
 
-#ifdef __linux__
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cmath>
 #include <fmt/format.h>
-#include <future>
 #include <system_error>
 #include <limits>
+#include <tbb/task_arena.h>
 
 namespace hsnn::detail {
 namespace {
@@ -117,51 +112,11 @@ Error movedFrom(const char *what) {
   return Error(ErrorCode::InvalidArgument, fmt::format("this {} was moved from; use the object it was moved to", what));
 }
 
-// A background compile must not take a core from the calls it serves: a
-// TBB worker of the interpreter's call preempted by it stalls the whole
-// call for a scheduler slice (5 ms measured on 2 cores).
-static void lowerThisThreadsPriority() {
-#ifdef __linux__
-  (void)::setpriority(PRIO_PROCESS, id_t(::syscall(SYS_gettid)), 10);
-#endif
-}
-
-// Background compiles still running. exit() waits for them (an atexit
-// handler registered at the first one, so it runs before the static
-// destructors of LLVM and TBB it would otherwise race with).
-struct BackgroundCompiles {
-  std::mutex mutex;
-  std::condition_variable idle;
-  size_t running = 0;
-  bool atExitRegistered = false;
-};
-static BackgroundCompiles &backgroundCompiles() {
-  static auto *b = new BackgroundCompiles; // never destroyed: used at exit
-  return *b;
-}
-static void waitForBackgroundCompiles() {
-  BackgroundCompiles &b = backgroundCompiles();
-  std::unique_lock lock(b.mutex);
-  b.idle.wait(lock, [&] { return b.running == 0; });
-}
-static void backgroundCompileStarts() {
-  BackgroundCompiles &b = backgroundCompiles();
-  std::lock_guard lock(b.mutex);
-  if (!b.atExitRegistered)
-    b.atExitRegistered = std::atexit(waitForBackgroundCompiles) == 0;
-  ++b.running;
-}
-static void backgroundCompileEnds() {
-  BackgroundCompiles &b = backgroundCompiles();
-  std::lock_guard lock(b.mutex);
-  --b.running;
-  b.idle.notify_all();
-}
-
 // The JIT's engine compiling on a background thread (tiered compilation).
-// Written by the task before `ready` is set; read after it is seen set.
+// The task holds it until done, so a layer dropped meanwhile costs nothing
+// after: the task's result (the engine, its loaded code) goes with the
+// task. Written by the task before `ready` is set; read after it is seen set.
 struct LayerState::PendingTier {
-  std::shared_future<void> task;
   std::atomic<bool> ready{false};
   std::shared_ptr<const Engine> engine; ///< Null: the JIT failed (warned), the interpreter stays.
   Error error;
@@ -193,30 +148,45 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
     auto pending = std::make_shared<PendingTier>();
     pending->info = info;
     CacheConfig cache = cacheConfig();
-    auto compile = [p = pending.get(), model, request, cache] {
-                      lowerThisThreadsPriority();
-                      CompileInfo tierInfo = p->info;
-                      auto jit = makeHostJitEngine(
-                          model, {{request.optLevel, request.fastMath}, cache, jitFailed, request.progress}, tierInfo);
-                      if (jit) {
-                        p->engine = std::move(*jit);
-                        tierInfo.method = Method::CpuJit;
-                      } else {
-                        p->error = jit.takeError();
-                        (void)jitFailed(p->error); // the fallback warning; strict mode never tiers
-                      }
-                      p->info = tierInfo;
-                      p->ready.store(true, std::memory_order_release);
-                      backgroundCompileEnds();
-                    };
-    backgroundCompileStarts();
-    try {
-      pending->task = std::async(std::launch::async, compile).share(); // a copy: `compile` stays usable below
-    } catch (const std::system_error &) {
-      // No thread to be had: compile here, as an untiered compile() would.
-      compile();
-      pending->task = std::async(std::launch::deferred, [] {}).share();
-    }
+    auto compile = [pending, model, request, cache] {
+      PendingTier *p = pending.get();
+      CompileInfo tierInfo = p->info;
+      // A checkpoint after each kernel, so that exit does not wait for the
+      // whole compile; the kernels build one after another on this thread
+      // (an arena of one), where the checkpoints can stop them.
+      CompileProgress progress = [user = request.progress](size_t done, size_t total) {
+        backgroundCheckpoint();
+        if (user)
+          user(done, total);
+      };
+      Expected<std::shared_ptr<const Engine>> jit = Error::success();
+      tbb::task_arena(1).execute([&] {
+        jit = makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cache, jitFailed, progress}, tierInfo);
+      });
+      backgroundCheckpoint();
+      std::shared_ptr<const Engine> engine;
+      Error error;
+      if (jit) {
+        engine = std::move(*jit);
+        tierInfo.method = Method::CpuJit;
+      } else {
+        error = jit.takeError();
+        (void)jitFailed(error); // the fallback warning; strict mode never tiers
+      }
+      publishBackgroundResult([&] {
+        p->engine = std::move(engine);
+        p->error = std::move(error);
+        p->info = tierInfo;
+        p->ready.store(true, std::memory_order_release);
+      });
+    };
+    // A forked child has no compile thread: its copies keep the interpreter.
+    auto inForkedChild = [p = pending.get()] {
+      p->error = Error(ErrorCode::Unsupported,
+                       "the JIT compile was running in the parent when this process forked; the interpreter runs");
+      p->ready.store(true, std::memory_order_release);
+    };
+    runInBackground(compile, inForkedChild);
     s->pending_ = std::move(pending);
     info.method = Method::CpuInterp;
     engine = makeInterpreterEngine(model);
@@ -294,7 +264,7 @@ Error LayerState::waitForCompile() const {
   }
   if (!p)
     return Error::success();
-  p->task.wait();
+  waitForBackgroundResult([&] { return p->ready.load(std::memory_order_acquire); });
   (void)current();
   return p->error;
 }

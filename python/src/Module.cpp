@@ -174,21 +174,33 @@ template <class T> void waitForCompile(const T &code) {
   check(e);
 }
 
-// pybind11 makes an instance's C++ object lazily, from uninitialised memory
-// and without a constructor, when a method is called on an instance that
-// __new__ made without __init__ (type(o).__new__(type(o))). That memory is
-// zeroed here, so `ready` is false in it, and every access checks it.
-struct Constructed {
+// An ActivationLayer or Loss as Python holds it, with the arguments it was
+// made from (for pickling). pybind11 makes an instance's C++ object lazily,
+// from uninitialised memory and without a constructor, when a method is
+// called on an instance that __new__ made without __init__
+// (type(o).__new__(type(o))). That memory is zeroed here, so `ready_` is
+// false in it, and every access checks it.
+template <class T, class Args, const char *Name> struct Held {
+  Held(T value, Args args) : value_(std::move(value)), args(std::move(args)) {}
   static void *operator new(size_t size) { return std::memset(::operator new(size), 0, size); }
   static void operator delete(void *p) { ::operator delete(p); }
-  bool ready = true;
-  template <class T> T &checked(T &value, const char *type) const {
-    if (!ready)
-      throw py::type_error(std::string("this ") + type + " was never initialised (made by __new__ without __init__); "
-                           "create one with hsnn." + type + "(...)");
-    return value;
+  const T &get() const { return checked(); }
+  T &get() { return const_cast<T &>(checked()); }
+
+private:
+  const T &checked() const {
+    if (!ready_)
+      throw py::type_error(std::string("this ") + Name + " was never initialised (made by __new__ without __init__); "
+                           "create one with hsnn." + Name + "(...)");
+    return value_;
   }
+  bool ready_ = true;
+  T value_;
+
+public:
+  Args args;
 };
+constexpr char kLayerName[] = "ActivationLayer", kLossName[] = "Loss";
 
 // What unpickling calls: hsnn._restore(cls, args, state) makes the object
 // and sets its constants. (A method named __setstate__ would be taken by
@@ -214,12 +226,8 @@ struct LossArgs {
 };
 
 // A layer over (nodes, batch) or (batch, nodes) arrays.
-struct PyLayer : Constructed {
-  explicit PyLayer(ActivationLayer l, LayerArgs a = {}) : layer_(std::move(l)), args(std::move(a)) {}
-  const ActivationLayer &get() const { return checked(layer_, "ActivationLayer"); }
-  ActivationLayer &get() { return checked(layer_, "ActivationLayer"); }
-  ActivationLayer layer_;
-  LayerArgs args; // what it was made from, for pickling
+struct PyLayer : Held<ActivationLayer, LayerArgs, kLayerName> {
+  explicit PyLayer(ActivationLayer l, LayerArgs a = {}) : Held(std::move(l), std::move(a)) {}
 
   std::vector<py::ssize_t> shapeFor(const py::array &z) const {
     if (z.ndim() != 2)
@@ -333,12 +341,8 @@ struct PyLayer : Constructed {
 };
 
 // A loss over arrays of any shape (y_pred and y_true of the same shape).
-struct PyLoss : Constructed {
-  explicit PyLoss(Loss l, LossArgs a = {}) : loss_(std::move(l)), args(std::move(a)) {}
-  const Loss &get() const { return checked(loss_, "Loss"); }
-  Loss &get() { return checked(loss_, "Loss"); }
-  Loss loss_;
-  LossArgs args; // what it was made from, for pickling
+struct PyLoss : Held<Loss, LossArgs, kLossName> {
+  explicit PyLoss(Loss l, LossArgs a = {}) : Held(std::move(l), std::move(a)) {}
 
   void checkPair(const py::array &yp, const py::array &yt) const {
     std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());

@@ -4,14 +4,26 @@
 // takes over when it is ready, constants set meanwhile survive the switch,
 // copies switch too, and strict mode stays synchronous.
 //===----------------------------------------------------------------------===//
+#include "Cache/CacheTestUtil.h"
+#include "CPU/SharedObject.h"
+#include "Runtime/BackgroundCompile.h"
 #include "TestUtil.h"
 
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <mutex>
 #include <random>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
 using namespace hsnn;
 using namespace hsnn::test;
@@ -117,4 +129,87 @@ TEST_CASE("the progress callback counts every kernel, in order, tiered or not") 
     for (size_t i = 1; i < seen.size(); ++i)
       CHECK(seen[i].first > seen[i - 1].first);
   }
+}
+
+namespace {
+size_t openDescriptors() {
+  size_t n = 0;
+  for (auto &e : std::filesystem::directory_iterator("/proc/self/fd"))
+    (void)e, ++n;
+  return n;
+}
+size_t mappings() {
+  std::ifstream f("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(f, line);)
+    ++n;
+  return n;
+}
+// Until every background compile has ended (or 60 s).
+bool backgroundIdle() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (detail::backgroundTasksRunning() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return detail::backgroundTasksRunning() == 0;
+}
+} // namespace
+
+TEST_CASE("tiered layers dropped before their code is adopted leave no descriptors or mappings behind") {
+  if (!runtimeInfo().cpuJitEnabled || !detail::canLinkSharedObjects()) {
+    MESSAGE("skipped: needs cpu_jit and a linker program (each tiered compile then loads a linked image)");
+    return;
+  }
+  TempCache cache;
+  REQUIRE(ActivationLayer::compile(kNodes, {.method = Method::CpuJit}));
+  flushKernelCache(); // the linked image: every tiered compile below loads it from a memfd
+  auto dropOne = [] { REQUIRE(ActivationLayer::compile(kNodes, {.method = Method::CpuJit, .tiered = true})); };
+  // The first round also grows what the C library keeps for threads
+  // (malloc arenas, cached stacks), up to its bounds.
+  for (int i = 0; i < 40; ++i)
+    dropOne();
+  REQUIRE(backgroundIdle());
+  size_t fds = openDescriptors(), maps = mappings();
+  for (int i = 0; i < 40; ++i)
+    dropOne();
+  REQUIRE(backgroundIdle());
+  CHECK(openDescriptors() == fds);
+  CHECK(mappings() <= maps + 16); // 160 more when each image stayed loaded (4 mappings each)
+}
+
+TEST_CASE("a child forked while a tiered compile runs keeps the interpreter and exits at once") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  ScopedRuntimeFlags flags(noCache());
+  std::vector<NodeSpec> many;
+  for (int k = 0; k < 400; ++k)
+    many.push_back({fmt::format("sin(num*{})*alpha + tanh(num)/{}", k + 2, k + 3), {{"alpha", 1.5}}});
+  auto layer = ActivationLayer::compile(many, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE(layer);
+  std::fflush(nullptr);
+  pid_t kid = ::fork();
+  if (kid == 0) {
+    // No compile thread here: waiting returns at once with why, calls run
+    // on the interpreter, and exit() (its handlers included) does not hang.
+    Error e = layer->waitForCompile();
+    bool ok = e && e.message().find("forked") != std::string::npos && layer->method() == Method::CpuInterp;
+    std::vector<float> z(400 * 2, 0.5f), a(z.size());
+    ok = ok && !layer->forward(z, a, 2);
+    std::exit(ok ? 0 : 3);
+  }
+  REQUIRE(kid > 0);
+  int status = -1;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (::waitpid(kid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (::kill(kid, 0) == 0 && ::waitpid(kid, &status, WNOHANG) == 0) {
+    ::kill(kid, SIGKILL);
+    ::waitpid(kid, &status, 0);
+    FAIL("the forked child hung");
+  }
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(layer->waitForCompile()); // the parent's compile went on
+  CHECK(layer->method() == Method::CpuJit);
 }
