@@ -172,6 +172,20 @@ TEST_CASE("an entry this cache did not write is a miss: a recomputed checksum, a
   CHECK(cacheA->load(CacheCategory::Cpu, key) == payload);
 }
 
+TEST_CASE("a cache directory whose name holds a NUL is refused, not cut at the NUL") {
+  TempCache c;
+  std::string dir = c.dir + std::string(1, '\0') + "rest";
+  std::vector<std::string> warnings;
+  CHECK_FALSE(detail::ObjectCache::open({true, dir, [&](std::string_view m) { warnings.emplace_back(m); }}));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == "refusing cache directory '" + c.dir +
+                           "\\0rest': it contains a NUL character; kernels are not cached on disk");
+  CHECK_FALSE(fs::exists(c.dir)); // nothing was made at the part before the NUL
+  CHECK(detail::clearCacheEntries(dir, CacheCategory::All).message() ==
+        "the cache directory '" + c.dir + "\\0rest' contains a NUL character; nothing was removed");
+  CHECK(detail::listCacheEntries(dir).empty());
+}
+
 TEST_CASE("a category directory that is a symbolic link is refused") {
   TempCache c;
   std::string target = fs::path(c.dir).parent_path() / "other-cpu";
