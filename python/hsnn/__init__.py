@@ -130,7 +130,7 @@ def _restore(cls, args, state):
     return obj
 
 
-from . import compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
+from . import backends, compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
 
 
 class FormulaError(ValueError):
@@ -168,4 +168,4 @@ def eval(formula, at, y_true=None, constants=None, derivative=False, dtype="floa
     return float(loss.gradient(yp, yt)[0] if derivative else loss.forward(yp, yt))
 
 __all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "eval", "builtins", "runtime_info", "runtime_flags",
-           "update_runtime_flags", "set_warning_handler", "compat", "hardware", "__version__"]
+           "update_runtime_flags", "set_warning_handler", "backends", "compat", "hardware", "__version__"]

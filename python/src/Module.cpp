@@ -13,6 +13,7 @@
 #include <hsnn/Layer.h>
 #include <hsnn/Runtime.h>
 
+#include "Bindings.h"
 #include "DeviceArrays.h"
 
 #include <pybind11/numpy.h>
@@ -27,46 +28,11 @@
 
 namespace py = pybind11;
 using namespace hsnn;
+using hsnn::python::check;
+using hsnn::python::raise;
+using hsnn::python::take;
 
 namespace {
-
-py::object gFormulaError; // hsnn.FormulaError, set by the package at import
-
-// Raises the Python exception for an Error (which must be a failure).
-[[noreturn]] void raise(const Error &e) {
-  if (e.code() == ErrorCode::InvalidFormula && gFormulaError) {
-    // The first diagnostic gives the node and column: "node N: error: ..."
-    // then the formula and the caret line.
-    const std::string &m = e.message();
-    int node = -1;
-    size_t column = 0;
-    if (m.rfind("node ", 0) == 0)
-      node = std::atoi(m.c_str() + 5);
-    size_t caretLine = m.find("\n  ", m.find("\n  ") + 1);
-    if (caretLine != std::string::npos) {
-      size_t caret = m.find('^', caretLine);
-      if (caret != std::string::npos)
-        column = caret - caretLine - 3 + 1;
-    }
-    PyErr_SetObject(gFormulaError.ptr(), gFormulaError(m, node == -1 ? py::none() : py::object(py::int_(node)),
-                                                       column ? py::object(py::int_(column)) : py::none())
-                                             .ptr());
-    throw py::error_already_set();
-  }
-  if (e.code() == ErrorCode::InvalidArgument || e.code() == ErrorCode::InvalidFormula)
-    throw py::value_error(e.message());
-  throw std::runtime_error(e.message());
-}
-
-void check(const Error &e) {
-  if (e)
-    raise(e);
-}
-template <class T> T take(Expected<T> v) {
-  if (!v)
-    raise(v.error());
-  return std::move(*v);
-}
 
 // "float32", numpy.float32 or numpy.dtype("float32") (and "f32"); float64 the same.
 DType parseDType(const py::object &d) {
@@ -414,7 +380,7 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hsnn: formulas to fast numeric kernels (the C++ engine's Python bindings)";
   m.attr("__version__") = HSNN_PYTHON_VERSION;
-  m.def("_set_formula_error", [](py::object cls) { gFormulaError = std::move(cls); });
+  m.def("_set_formula_error", [](py::object cls) { python::formulaErrorClass() = std::move(cls); });
 
   py::class_<PyLayer>(m, "ActivationLayer", "One formula per node, run over (nodes, batch) or (batch, nodes) arrays.")
       // A copy (copy.copy keeps the caller's class): shares the compiled code, owns its constants.
@@ -688,4 +654,6 @@ PYBIND11_MODULE(_core, m) {
       }
     });
   }, "calls handler(message) for every warning; None silences them");
+
+  python::bindBackends(m);
 }

@@ -1,0 +1,67 @@
+//===- python/src/Bindings.h - Errors to Python exceptions ------*- C++ -*-===//
+//
+// What every binding file shares: hsnn's Error values as Python exceptions
+// (formula errors as hsnn.FormulaError with node and column, bad arguments
+// as ValueError, the rest as RuntimeError), and the binding functions.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <hsnn/Error.h>
+
+#include <pybind11/pybind11.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace hsnn::python {
+
+namespace py = pybind11;
+
+/// hsnn.FormulaError, set by the package at import.
+inline py::object &formulaErrorClass() {
+  static py::object *cls = new py::object(); // never destroyed: Python may be gone at exit
+  return *cls;
+}
+
+// Raises the Python exception for an Error (which must be a failure).
+[[noreturn]] inline void raise(const Error &e) {
+  if (e.code() == ErrorCode::InvalidFormula && formulaErrorClass()) {
+    // The first diagnostic gives the node and column: "node N: error: ..."
+    // then the formula and the caret line.
+    const std::string &m = e.message();
+    int node = -1;
+    size_t column = 0;
+    if (m.rfind("node ", 0) == 0)
+      node = std::atoi(m.c_str() + 5);
+    size_t caretLine = m.find("\n  ", m.find("\n  ") + 1);
+    if (caretLine != std::string::npos) {
+      size_t caret = m.find('^', caretLine);
+      if (caret != std::string::npos)
+        column = caret - caretLine - 3 + 1;
+    }
+    PyErr_SetObject(formulaErrorClass().ptr(), formulaErrorClass()(m, node == -1 ? py::none() : py::object(py::int_(node)),
+                                                       column ? py::object(py::int_(column)) : py::none())
+                                             .ptr());
+    throw py::error_already_set();
+  }
+  if (e.code() == ErrorCode::InvalidArgument || e.code() == ErrorCode::InvalidFormula)
+    throw py::value_error(e.message());
+  throw std::runtime_error(e.message());
+}
+
+inline void check(const Error &e) {
+  if (e)
+    raise(e);
+}
+template <class T> T take(Expected<T> v) {
+  if (!v)
+    raise(v.error());
+  return std::move(*v);
+}
+
+
+/// _core._Backend and _core._DeviceArray (Backends.cpp).
+void bindBackends(py::module_ &m);
+
+} // namespace hsnn::python
