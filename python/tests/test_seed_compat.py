@@ -233,3 +233,25 @@ def test_the_0_2_signatures_with_func_ids():
         c.forward_kernel(z, a, c.func_ids, c.params[:3], c.offsets, nodes, batch)
     # The one-array forms return new arrays.
     np.testing.assert_allclose(c.forward_kernel(z.reshape(3, 4))[1], np.maximum(z[4:8], 0))
+
+
+def test_the_seed_documentations_two_examples_run_as_written():
+    configs = [("Max(0, num)", {})]
+    method = "CPU_PYTHON"
+    mode = "activation"
+    py_compiler = SymbolicJITCompiler(configs=configs, calculation_method=method, mode=mode)  # no device_id
+    z = np.array([[-1.0, 0.0, 2.0]], dtype=np.float32)
+    a = np.zeros_like(z)
+    py_compiler.forward_kernel(z, a, np.array([0.0], dtype=np.float32), np.array([0]), 1, 3)
+    np.testing.assert_array_equal(a, [[0.0, 0.0, 2.0]])
+    configs_2 = [("d*y_pred-y_true", {"d": 2.0})]
+    method_2 = "GPU_CUDA"
+    mode_2 = "loss"
+    device_id = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # without a GPU: the CPU, with a warning (tested above)
+        cuda_compiler = SymbolicJITCompiler(configs=configs_2, calculation_method=method_2, device_id=device_id,
+                                            mode=mode_2)
+    out = np.zeros(2, dtype=np.float32)
+    cuda_compiler.forward_kernel(np.array([1.0, 2.0]), np.array([0.5, 0.5]), out, np.array([2.0], dtype=np.float32))
+    np.testing.assert_allclose(out, [1.5, 3.5])
