@@ -12,7 +12,8 @@
 //
 // Loading a module runs its code (its constructors run inside dlopen,
 // before the build token can be checked), so a module found by the search
-// is opened only if no other user could have put it there: the file and
+// (but the build tree's, for code running from that tree) is opened only if
+// no other user could have put it there: the file and
 // its directory belong to this user or root and no one else can write
 // them, and so does every directory above (one that others can write is
 // allowed above the module's own only with the sticky bit, as /tmp has:
@@ -212,7 +213,10 @@ const Loaded &loaded() {
         continue;
       std::string why;
       std::string file = path;
-      if (!(chosen && *chosen)) { // the user's own choice is loaded as named
+      // The user's own choice is loaded as named; so is the build tree's
+      // module for code running from that tree (whoever can write the
+      // tree can change that code itself).
+      if (!(chosen && *chosen) && path != HSNN_CODEGEN_MODULE_BUILD_PATH) {
         if (std::string reason = untrusted(path); !reason.empty()) {
           reasons.push_back(fmt::format("{}: refused, not loaded: {}", path, reason));
           continue;
