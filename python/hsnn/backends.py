@@ -39,11 +39,10 @@ class BackendNotAvailableError(RuntimeError):
 LaunchResult = namedtuple("LaunchResult", "success time_ms error result")
 LaunchResult.__doc__ = "What launch_kernel did: success, the time it took (ms), the error (None) and the result."
 
-_FEATURES = {"cpu": set(), "cuda": {"async", "streams"}}
-
-
 class Backend:
     """One device: host memory (``CPUBackend``) or a CUDA GPU (``CUDABackend``)."""
+
+    _caching = True  # compile_kernel keeps kernels in the disk cache (CUDABackend's enable_caching)
 
     def __init__(self, spec):
         self._spec = spec
@@ -126,8 +125,6 @@ class Backend:
                 raise ValueError(f"mode must be 'activation' or 'loss', got {mode!r}")
             return hsnn.ActivationLayer(formulas, dtype=dtype, layout=layout, method=self._method(),
                                         gpu_id=max(self.device_id, 0))
-
-    _caching = True
 
     def launch_kernel(self, kernel, *arrays, kind="forward"):
         """Runs `kind` of a compiled kernel (a layer's forward, backward or fused; a loss's forward,

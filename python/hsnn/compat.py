@@ -388,46 +388,43 @@ class SymbolicJITCompiler:
         out.reshape(-1)[...] = values.reshape(-1)
         return None
 
-    def forward_kernel(self, *arrays):
+    # Each kernel's call shapes: the 0.3 activation form (inputs, output, params, offsets, nodes, batch), the 0.2
+    # form (func_ids after the output), the one-call form (inputs only); a loss's 0.3 form (y_pred, y_true, out,
+    # params) and its two-array form (mean loss, gradient scaled by 1/N).
+    _SHAPES = {
+        "forward": "forward_kernel takes (z, a, params, offsets, nodes, batch), the 0.2 form with func_ids after a, "
+                   "or (z)",
+        "backward": "backward_kernel takes (z, err, delta, params, offsets, nodes, batch), the 0.2 form with func_ids "
+                    "after delta, or (z, err)",
+    }
+
+    def _kernel(self, kind, arrays):
         if self.mode == "loss":
             if len(arrays) == 4:
-                return self._loss("forward", *arrays)
+                return self._loss(kind, *arrays)
             if len(arrays) != 2:
-                raise TypeError("a loss's forward_kernel takes (y_pred, y_true, out, params) or (y_pred, y_true)")
+                raise TypeError(f"a loss's {kind}_kernel takes (y_pred, y_true, out, params) or (y_pred, y_true)")
             y_pred, y_true = arrays
-            return self._code.forward(_f32(y_pred), _f32(y_true)) / max(np.size(y_pred), 1)
-        if len(arrays) == 6:
-            z, a, params, offsets, nodes, batch = arrays
-            self._activation("forward", z, None, a, params, offsets, nodes, batch)
-            return None
-        if len(arrays) == 7:
-            z, a, func_ids, params, offsets, nodes, batch = arrays
-            return self._activation("forward", z, None, a, params, offsets, nodes, batch, func_ids)
-        if len(arrays) != 1:
-            raise TypeError("forward_kernel takes (z, a, params, offsets, nodes, batch), the 0.2 form with func_ids "
-                            "after a, or (z)")
-        return self._code.forward(_f32(arrays[0]))
+            whole = self._code.forward if kind == "forward" else self._code.gradient
+            return whole(_f32(y_pred), _f32(y_true)) / max(np.size(y_pred), 1)
+        inputs = 1 if kind == "forward" else 2
+        if len(arrays) == inputs:
+            run = self._code.forward if kind == "forward" else self._code.backward
+            return run(*(_f32(x) for x in arrays))
+        if len(arrays) not in (inputs + 5, inputs + 6):
+            raise TypeError(self._SHAPES[kind])
+        z, err = arrays[0], arrays[1] if inputs == 2 else None
+        out, rest = arrays[inputs], arrays[inputs + 1:]
+        func_ids = rest[0] if len(rest) == 5 else None
+        params, offsets, nodes, batch = rest[-4:]
+        self._activation(kind, z, err, out, params, offsets, nodes, batch, func_ids)
+        return None if func_ids is None else out  # 0.3 writes in place and returns nothing; 0.2 returned the output
+
+    def forward_kernel(self, *arrays):
+        return self._kernel("forward", arrays)
 
     def backward_kernel(self, *arrays):
-        if self.mode == "loss":
-            if len(arrays) == 4:
-                return self._loss("backward", *arrays)
-            if len(arrays) != 2:
-                raise TypeError("a loss's backward_kernel takes (y_pred, y_true, out, params) or (y_pred, y_true)")
-            y_pred, y_true = arrays
-            return self._code.gradient(_f32(y_pred), _f32(y_true)) / max(np.size(y_pred), 1)
-        if len(arrays) == 7:
-            z, err, delta, params, offsets, nodes, batch = arrays
-            self._activation("backward", z, err, delta, params, offsets, nodes, batch)
-            return None
-        if len(arrays) == 8:
-            z, err, delta, func_ids, params, offsets, nodes, batch = arrays
-            return self._activation("backward", z, err, delta, params, offsets, nodes, batch, func_ids)
-        if len(arrays) != 2:
-            raise TypeError("backward_kernel takes (z, err, delta, params, offsets, nodes, batch), the 0.2 form with "
-                            "func_ids after delta, or (z, err)")
-        z, err = arrays
-        return self._code.backward(_f32(z), _f32(err))
+        return self._kernel("backward", arrays)
 
     # --- what the seed's layers, losses and CLI call --------------------------------------------------------------
 
