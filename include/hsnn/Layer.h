@@ -226,6 +226,23 @@ public:
   std::string formula(size_t node) const;
   std::string derivative(size_t node) const;
 
+  /// Higher derivatives. A layer over the same nodes whose formulas are
+  /// this layer's differentiated `order` times with respect to num (0: the
+  /// same formulas): its forward runs f^(k), backward err * f^(k+1), fused
+  /// both, constantGradients sums err * d f^(k)/dc. Simplified and
+  /// NaN-guarded as f' is (relu'' is 0, and NaN where z is NaN). Same
+  /// options, engine and GPU, this layer's current constants; compiled when
+  /// asked (from the disk cache when it can), so keep it rather than ask
+  /// again per call. Changes to either layer's constants are not shared.
+  /// At most 8 derivatives in all (kMaxDerivationSteps).
+  Expected<ActivationLayer> derivativeLayer(unsigned order = 1) const;
+  /// A layer whose node n runs sum_i t_i * df_n/dc_i over its constants c_i:
+  /// the constants' Jacobian times a direction t, which a double backward
+  /// through trainable constants needs. Its params are, per node, this
+  /// layer's followed by the directions (named "c'" for constant c, and 0
+  /// until set). Not with bakeConstants (a direction compiled in is no use).
+  Expected<ActivationLayer> constantTangentLayer() const;
+
 private:
   explicit ActivationLayer(std::unique_ptr<detail::LayerState> state);
   static Expected<ActivationLayer> compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options);
@@ -298,6 +315,15 @@ public:
   std::vector<std::string> constantNames() const;
   std::string formula() const;
   std::string derivative() const;
+
+  /// Higher derivatives: a loss whose formula is this one's differentiated
+  /// `order` times with respect to y_pred (forwardElements gives
+  /// d^k l/dy_pred^k per element, gradient the next one), with this loss's
+  /// options and current constants; as ActivationLayer::derivativeLayer.
+  Expected<Loss> derivativeLoss(unsigned order = 1) const;
+  /// A loss whose formula is dl/d(constant `name`): per element with
+  /// forwardElements, differentiable again as any loss.
+  Expected<Loss> constantDerivativeLoss(std::string_view name) const;
 
 private:
   explicit Loss(std::unique_ptr<detail::LayerState> state);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 namespace hsnn {
@@ -90,6 +91,60 @@ void lowerGroup(ExprContext &ctx, FormulaGroup &g, std::span<const KernelKind> k
   g.programs[size_t(constantGradientKind(loss))] = Program::lower(byConstant, g.formula.constants);
 }
 
+// The name a tangent step gives the direction of constant `name`: `name'`,
+// primed again while the formula already has such a constant. Not a name a
+// formula can spell, so it never meets a user's constant.
+std::string tangentName(const std::string &name, const std::vector<std::string> &taken) {
+  std::string t = name + "'";
+  while (std::find(taken.begin(), taken.end(), t) != taken.end())
+    t += "'";
+  return t;
+}
+
+// A derived model's formula from its parent's: each step replaces the
+// expression by a derivative, NaN-guarded like f' (a step's result is a
+// formula the next step differentiates again, so each is guarded as it is
+// made). The constants keep their order and values: a derived layer takes
+// its parent's params as they are. Steps:
+//   "d"       d/d(the variable): num, or y_pred for a loss;
+//   "t"       sum_i t_i * d/dc_i over the formula's constants c_i, each
+//             direction t_i a new constant (value 0) appended after them:
+//             the product of the constants' Jacobian with a direction, the
+//             kernel a double backward through trainable constants needs;
+//   "c:NAME"  d/d(constant NAME).
+std::optional<std::string> derive(ExprContext &ctx, Formula &f, std::vector<double> &values,
+                                  std::span<const std::string> steps) {
+  bool loss = f.mode == FormulaMode::Loss;
+  auto guarded = [&](Expr d) {
+    return loss ? guardNaN(ctx, d, {Variable::YPred, Variable::YTrue}) : guardNaN(ctx, d, {Variable::Num});
+  };
+  for (const std::string &step : steps) {
+    if (step == "d") {
+      f.expr = guarded(differentiate(ctx, f.expr, loss ? Variable::YPred : Variable::Num));
+    } else if (step == "t") {
+      std::vector<std::string> names = f.constants;
+      Expr sum = ctx.number(0);
+      for (const std::string &c : names) {
+        std::string t = tangentName(c, f.constants);
+        f.constants.push_back(t);
+        values.push_back(0);
+        sum = ctx.add(sum, ctx.mul(ctx.param(t), guarded(differentiate(ctx, f.expr, ctx.param(c)))));
+      }
+      f.expr = simplify(ctx, sum);
+    } else if (step.starts_with("c:")) {
+      std::string name = step.substr(2);
+      if (std::find(f.constants.begin(), f.constants.end(), name) == f.constants.end())
+        return fmt::format("the formula has no constant '{}' to differentiate by{}", name,
+                           f.constants.empty() ? std::string()
+                                               : fmt::format("; it has: {}", fmt::join(f.constants, ", ")));
+      f.expr = guarded(differentiate(ctx, f.expr, ctx.param(name)));
+    } else {
+      return fmt::format("unknown derivation step '{}'", step);
+    }
+  }
+  return std::nullopt;
+}
+
 void addWarnings(std::vector<Diagnostic> &unused, std::vector<std::string> &warnings) {
   for (Diagnostic &d : unused) {
     d.warning = true;
@@ -142,7 +197,9 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
   m->ctx = std::make_shared<ExprContext>();
   auto t0 = Clock::now();
   std::vector<Diagnostic> diags, unused;
-  std::unordered_map<Expr, uint32_t> groupOf;
+  // Nodes share a group when their expressions and constant lists agree (a
+  // derivative can drop a constant the node's params still hold).
+  std::map<std::pair<Expr, std::vector<std::string>>, uint32_t> groupOf;
   // Layers repeat a few formulas over many nodes: each text is parsed once
   // (a text that fails is parsed again per node, for the node's message).
   std::unordered_map<std::string_view, Formula> parsedText;
@@ -165,12 +222,14 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
       continue;
     }
     addWarnings(unused, warnings);
-    auto [it, fresh] = groupOf.try_emplace(f.expr, uint32_t(m->groups.size()));
+    auto &values = std::get<std::vector<double>>(bound);
+    if (auto why = derive(*m->ctx, f, values, options.derivation))
+      return Error(ErrorCode::InvalidArgument, fmt::format("node {}: {}", i, *why));
+    auto [it, fresh] = groupOf.try_emplace({f.expr, f.constants}, uint32_t(m->groups.size()));
     if (fresh)
       m->groups.push_back({std::move(f), nullptr, {}, {}, {}, {}});
     m->nodeGroup.push_back(it->second);
     m->offsets.push_back(m->defaultParams.size());
-    auto &values = std::get<std::vector<double>>(bound);
     m->defaultParams.insert(m->defaultParams.end(), values.begin(), values.end());
   }
   if (!diags.empty())
@@ -184,7 +243,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
     lowerGroup(*m->ctx, g, kActivationKinds);
     constantGroup.push_back(!readsVariable(g.programs[size_t(KernelKind::Forward)], Variable::Num));
   }
-  for (size_t n = 0; n < m->nodeGroup.size(); ++n)
+  for (size_t n = 0; n < m->nodeGroup.size() && options.derivation.empty(); ++n) // f'' = 0 is no mistake
     if (constantGroup[m->nodeGroup[n]])
       warnings.push_back(fmt::format("node {}: warning: formula '{}' does not use its input (num, x or z); its output "
                                      "is the same for every input and its derivative is 0",
@@ -213,6 +272,8 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
     return toError({*d});
   addWarnings(unused, warnings);
   m->defaultParams = std::get<std::vector<double>>(std::move(bound));
+  if (auto why = derive(*m->ctx, f, m->defaultParams, options.derivation))
+    return Error(ErrorCode::InvalidArgument, *why);
   m->groups.push_back({std::move(f), nullptr, {}, {}, {}, {}});
   m->nodeGroup = {0};
   m->offsets = {0};
@@ -222,7 +283,7 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::loss(std::string_v
   FormulaGroup &g = m->groups.front();
   g.derivative = differentiate(*m->ctx, g.formula.expr, Variable::YPred);
   lowerGroup(*m->ctx, g, kLossKinds);
-  if (!readsVariable(g.programs[size_t(KernelKind::LossElements)], Variable::YPred))
+  if (options.derivation.empty() && !readsVariable(g.programs[size_t(KernelKind::LossElements)], Variable::YPred))
     warnings.push_back(fmt::format("warning: loss '{}' does not depend on y_pred once simplified (its terms in y_pred "
                                    "cancel); its gradient is 0",
                                    g.formula.text));

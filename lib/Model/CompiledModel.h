@@ -31,6 +31,9 @@ struct ModelOptions {
   bool bakeConstants = false;
   /// Rules users may relax turn into errors (a constant given but unused).
   bool strict = false;
+  /// A derived model: the steps applied, in order, to every formula after
+  /// its constants are bound (Derivation.h). Empty: the formulas as written.
+  std::vector<std::string> derivation;
 };
 
 /// One distinct formula after simplification, with a tape per kernel kind

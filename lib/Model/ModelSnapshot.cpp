@@ -175,6 +175,9 @@ void writeSource(Writer &w, bool loss, const ModelOptions &options, size_t nodes
         uint32_t(options.strict) << 24);
   w.u32(loss);
   w.u64(nodes);
+  w.u64(options.derivation.size());
+  for (const std::string &step : options.derivation)
+    w.str(step);
 }
 void writeNode(Writer &w, std::string_view formula, const std::map<std::string, double> &constants) {
   w.str(formula);

@@ -53,6 +53,30 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   auto state = LayerState::create(std::move(*model), detail::EngineRequest::from(options), Reduction::Mean);
   if (!state)
     return state.takeError();
+  (*state)->source = std::make_shared<detail::ModelSource>(
+      detail::ModelSource{nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict, {}}});
+  return ActivationLayer(std::move(*state));
+}
+
+Expected<ActivationLayer> ActivationLayer::derivativeLayer(unsigned order) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  if (order > detail::kMaxDerivationSteps)
+    return Error(ErrorCode::InvalidArgument, fmt::format("derivative of order {}; at most {} are supported", order,
+                                                         detail::kMaxDerivationSteps));
+  auto state = state_->derived(std::vector<std::string>(order, "d"));
+  if (!state)
+    return state.takeError();
+  return ActivationLayer(std::move(*state));
+}
+
+Expected<ActivationLayer> ActivationLayer::constantTangentLayer() const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  if (state_->request.bakeConstants)
+    return Error(ErrorCode::InvalidArgument,
+                 "a constant tangent layer needs constants set at run time; this layer compiles them in (bakeConstants)");
+  auto state = state_->derived(std::vector<std::string>{"t"});
+  if (!state)
+    return state.takeError();
   return ActivationLayer(std::move(*state));
 }
 

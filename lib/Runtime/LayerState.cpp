@@ -224,7 +224,7 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
 }
 
 LayerState::LayerState(const LayerState &o)
-    : model_(o.model_), what(o.what), request(o.request), reduction(o.reduction), guard(o.guard) {
+    : model_(o.model_), source(o.source), what(o.what), request(o.request), reduction(o.reduction), guard(o.guard) {
   current_ = o.current();
   std::lock_guard lock(o.mutex_);
   info_ = o.info_;
@@ -275,6 +275,47 @@ Error LayerState::setParam(size_t index, double value, std::string_view name) {
   if (std::string why = checkParam(index, value); !why.empty())
     return Error(ErrorCode::InvalidArgument, why);
   return replaceParams([&](std::vector<double> &values) { values[index] = value; });
+}
+
+Expected<std::unique_ptr<LayerState>> LayerState::derived(std::span<const std::string> steps) const {
+  if (!source)
+    return Error(ErrorCode::Internal, fmt::format("this {} keeps no source to differentiate", what));
+  auto derivedSource = std::make_shared<ModelSource>(*source);
+  std::vector<std::string> &derivation = derivedSource->options.derivation;
+  derivation.insert(derivation.end(), steps.begin(), steps.end());
+  if (derivation.size() > kMaxDerivationSteps)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("{} derivatives taken in all; at most {} are supported", derivation.size(),
+                             kMaxDerivationSteps));
+  // The front end's warnings (unused constants) were given when this object
+  // was compiled; its derivatives would only repeat them.
+  std::vector<std::string> warnings;
+  const NodeSpec &first = derivedSource->nodes.front();
+  auto model = model_->isLoss ? lossModel(first.formula, first.constants, derivedSource->options, warnings)
+                              : activationModel(derivedSource->nodes, derivedSource->options, warnings);
+  if (!model)
+    return model.takeError();
+  Current now = current();
+  EngineRequest onDevice = request;
+  if (int gpu = now.engine->gpuId(); gpu >= 0)
+    onDevice.gpuId = gpu;
+  auto state = create(*model, onDevice, reduction);
+  if (!state)
+    return state.takeError();
+  (*state)->source = std::move(derivedSource);
+  // Node n's constants keep their place at the front of its slice; a
+  // tangent step's directions follow them, at their defaults (0).
+  const CompiledModel &dm = **model;
+  std::vector<double> values = dm.defaultParams;
+  for (size_t n = 0; n < model_->numNodes(); ++n) {
+    auto from = now.params->values.begin() + std::ptrdiff_t(model_->offsets[n]);
+    std::copy(from, from + std::ptrdiff_t(model_->constantNames(n).size()),
+              values.begin() + std::ptrdiff_t(dm.offsets[n]));
+  }
+  if (!request.bakeConstants) // baked: the values are the defaults, compiled in
+    if (Error e = (*state)->setParams(values))
+      return e;
+  return state;
 }
 
 Error LayerState::setParams(std::span<const double> values) {

@@ -52,6 +52,18 @@ struct EngineRequest {
   }
 };
 
+/// What a model was built from, kept so that a derived model (a
+/// derivative of every formula) can be built from it with more steps.
+struct ModelSource {
+  std::vector<NodeSpec> nodes; ///< A loss: one, its formula and constants.
+  ModelOptions options;
+};
+
+/// At most this many derivation steps on top of the formulas as written:
+/// each step can multiply a formula's size (gelu's tenth derivative is a
+/// page), and no use we know of goes past the fourth.
+inline constexpr size_t kMaxDerivationSteps = 8;
+
 struct LayerState {
   /// The engine and the constants one call runs with. Replaced whole, never
   /// changed in place, so a call that took them keeps a consistent pair.
@@ -82,6 +94,10 @@ struct LayerState {
   Error setParams(std::span<const double> values);
   /// Moves this object's code to GPU `id`.
   Error moveTo(int id);
+  /// A new state whose model applies `steps` (CompiledModel's derivation
+  /// steps) after this one's, with this object's engine request, GPU and
+  /// current constants (new tangent constants 0).
+  Expected<std::unique_ptr<LayerState>> derived(std::span<const std::string> steps) const;
 
   /// Checks and runs an activation kernel on host arrays.
   template <class T>
@@ -102,6 +118,7 @@ struct LayerState {
   Error constantGradients(std::span<const T> a, std::span<const T> b, std::span<double> grads, size_t batch) const;
 
   std::shared_ptr<const CompiledModel> model_;
+  std::shared_ptr<const ModelSource> source;
   const char *what = "layer"; ///< "layer" or "loss", for messages
   EngineRequest request;
   Reduction reduction = Reduction::Mean;

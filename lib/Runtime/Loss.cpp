@@ -32,8 +32,8 @@ Expected<Loss> Loss::compile(std::string_view text, const std::map<std::string, 
 Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::string, double> &constants,
                                  const LossOptions &options) {
   std::vector<std::string> warnings;
-  auto model = detail::lossModel(text, constants,
-                                 {options.dtype, Layout::NodesMajor, options.bakeConstants, runtimeFlags().strict}, warnings);
+  detail::ModelOptions modelOptions{options.dtype, Layout::NodesMajor, options.bakeConstants, runtimeFlags().strict, {}};
+  auto model = detail::lossModel(text, constants, modelOptions, warnings);
   for (const std::string &w : warnings)
     detail::warn(w);
   if (!model)
@@ -41,6 +41,8 @@ Expected<Loss> Loss::compileImpl(std::string_view text, const std::map<std::stri
   auto state = LayerState::create(std::move(*model), detail::EngineRequest::from(options), options.reduction);
   if (!state)
     return state.takeError();
+  (*state)->source = std::make_shared<detail::ModelSource>(
+      detail::ModelSource{{NodeSpec{std::string(text), constants}}, modelOptions});
   return Loss(std::move(*state));
 }
 
@@ -184,6 +186,25 @@ std::string Loss::formula() const {
 std::string Loss::derivative() const {
   HSNN_STATE_OR({})
   return detail::CompiledModel::derivativeString(state_->model().groups[0]);
+}
+
+Expected<Loss> Loss::derivativeLoss(unsigned order) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  if (order > detail::kMaxDerivationSteps)
+    return Error(ErrorCode::InvalidArgument, fmt::format("derivative of order {}; at most {} are supported", order,
+                                                         detail::kMaxDerivationSteps));
+  auto state = state_->derived(std::vector<std::string>(order, "d"));
+  if (!state)
+    return state.takeError();
+  return Loss(std::move(*state));
+}
+
+Expected<Loss> Loss::constantDerivativeLoss(std::string_view name) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  auto state = state_->derived(std::vector<std::string>{"c:" + std::string(name)});
+  if (!state)
+    return state.takeError();
+  return Loss(std::move(*state));
 }
 
 } // namespace hsnn
