@@ -123,14 +123,15 @@ std::optional<std::string> derive(ExprContext &ctx, Formula &f, std::vector<doub
       f.expr = guarded(differentiate(ctx, f.expr, loss ? Variable::YPred : Variable::Num));
     } else if (step == "t") {
       std::vector<std::string> names = f.constants;
-      Expr sum = ctx.number(0);
+      Expr sum = nullptr; // not 0 + ...: IEEE keeps that sum (0 + -0 is +0)
       for (const std::string &c : names) {
         std::string t = tangentName(c, f.constants);
         f.constants.push_back(t);
         values.push_back(0);
-        sum = ctx.add(sum, ctx.mul(ctx.param(t), guarded(differentiate(ctx, f.expr, ctx.param(c)))));
+        Expr term = ctx.mul(ctx.param(t), guarded(differentiate(ctx, f.expr, ctx.param(c))));
+        sum = sum ? ctx.add(sum, term) : term;
       }
-      f.expr = simplify(ctx, sum);
+      f.expr = simplify(ctx, sum ? sum : ctx.number(0));
     } else if (step.starts_with("c:")) {
       std::string name = step.substr(2);
       if (std::find(f.constants.begin(), f.constants.end(), name) == f.constants.end())

@@ -31,7 +31,27 @@ def _from_dlpack(x, name):
     if getattr(x, "requires_grad", False):
         x = x.detach()  # the array is read, never differentiated here (hsnn.torch does that)
     root = sys.modules.get(type(x).__module__.split(".")[0])
-    return np.from_dlpack(x), getattr(root, "from_dlpack", None)
+    view = np.from_dlpack(x)
+    if name == "out" and not view.flags.writeable:
+        view = _writable_view(x, view)
+    return view, getattr(root, "from_dlpack", None)
+
+
+def _writable_view(x, view):
+    """NumPy marks every DLPack import read-only; an output must be written.
+    The producer's own NumPy export is used when it is the same memory (a
+    PyTorch tensor's is); one that would copy (JAX's) is refused: results
+    written into a copy would be lost."""
+    try:
+        alias = np.asarray(x)
+    except Exception:  # no __array__: nothing writable to offer
+        alias = None
+    if (alias is not None and alias.flags.writeable and alias.shape == view.shape and alias.dtype == view.dtype
+            and alias.__array_interface__["data"][0] == view.__array_interface__["data"][0]
+            and alias.strides == view.strides):
+        return alias
+    raise ValueError(f"'out' is read-only: {type(x).__name__} exports its memory read-only; pass a NumPy array or a "
+                     "writable tensor (PyTorch's) as out=")
 
 
 _DL_CUDA = 2  # DLPack's device type for CUDA memory
@@ -94,6 +114,7 @@ def _wrap(method, names, on_device=None):
         if on_device and any(_on_cuda(a) for a in list(args) + list(kwargs.values())):
             return on_device(self, *args, **kwargs)
         back = None
+        out = kwargs.get("out", args[len(names)] if len(args) > len(names) else None)
         args = list(args)
         for i, a in enumerate(args):
             args[i], kind = _from_dlpack(a, names[i] if i < len(names) else "out")
@@ -103,6 +124,8 @@ def _wrap(method, names, on_device=None):
         result = method(self, *args, **kwargs)
         if back is None:
             return result
+        if out is not None:
+            return out  # the caller's own tensor, written in place
         if isinstance(result, tuple):
             return tuple(back(r) if isinstance(r, np.ndarray) else r for r in result)
         return back(result) if isinstance(result, np.ndarray) else result

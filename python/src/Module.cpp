@@ -18,6 +18,7 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <optional>
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -152,6 +153,9 @@ template <class T, class Args, const char *Name> struct Held {
   static void operator delete(void *p) { ::operator delete(p); }
   const T &get() const { return checked(); }
   T &get() { return const_cast<T &>(checked()); }
+  /// Unpickling a derived layer: the object made from the parent's
+  /// arguments becomes the derivative it was.
+  void replace(T value) { value_ = std::move(value); }
 
 private:
   const T &checked() const {
@@ -183,13 +187,53 @@ struct LayerArgs {
   bool fastMath = false, bake = false;
   int gpuId = 0;
   bool tiered = false;
+  /// The derivation steps of a derived layer ("d", "t"), in order.
+  std::vector<std::string> derivation;
 };
 struct LossArgs {
   std::string formula;
   std::map<std::string, double> constants;
   std::string reduction = "mean", dtype = "float32", method = "auto";
   bool tiered = false;
+  std::vector<std::string> derivation; ///< "d", "c:NAME"
 };
+
+// A derived object through the public calls that make it, one step at a
+// time; its arguments record the steps (pickling makes it again so).
+template <class Held, class Make>
+Held derivedFrom(const Held &parent, const std::vector<std::string> &steps, Make make) {
+  auto args = parent.args;
+  auto value = parent.get();
+  for (const std::string &step : steps) {
+    std::optional<decltype(make(value, step))> made; // compiles: without the GIL, raised with it
+    {
+      py::gil_scoped_release unlocked;
+      made.emplace(make(value, step));
+    }
+    value = take(std::move(*made));
+    args.derivation.push_back(step);
+  }
+  return Held(std::move(value), std::move(args));
+}
+// `value` as an object of self's class (hsnn.ActivationLayer keeps its
+// DLPack-aware methods): that class's copy constructor shares the code.
+template <class Held> py::object sameClass(const py::object &self, Held value) {
+  return py::type::of(self)(py::cast(std::move(value)));
+}
+Expected<ActivationLayer> layerStep(const ActivationLayer &l, const std::string &step) {
+  if (step == "d")
+    return l.derivativeLayer(1);
+  if (step == "t")
+    return l.constantTangentLayer();
+  return Error(ErrorCode::InvalidArgument, "unknown derivation step '" + step + "'");
+}
+Expected<Loss> lossStep(const Loss &l, const std::string &step) {
+  if (step == "d")
+    return l.derivativeLoss(1);
+  if (step.starts_with("c:"))
+    return l.constantDerivativeLoss(step.substr(2));
+  return Error(ErrorCode::InvalidArgument, "unknown derivation step '" + step + "'");
+}
 
 // A layer over (nodes, batch) or (batch, nodes) arrays.
 struct PyLayer : Held<ActivationLayer, LayerArgs, kLayerName> {
@@ -453,6 +497,21 @@ PYBIND11_MODULE(_core, m) {
       .def("formula", [](const PyLayer &l, size_t node) { return l.get().formula(node); })
       .def("derivative", [](const PyLayer &l, size_t node) { return l.get().derivative(node); })
       .def("compile_info", [](const PyLayer &l) { return compileInfoDict(l.get().compileInfo()); })
+      .def("derivative_layer", [](const py::object &self, unsigned order) {
+             const PyLayer &l = self.cast<const PyLayer &>();
+             if (order > 8) // the engine says so too; a huge count must not build a huge list first
+               check(l.get().derivativeLayer(order).takeError());
+             return sameClass(self, derivedFrom(l, std::vector<std::string>(order, "d"), layerStep));
+           }, py::arg("order") = 1,
+           "A layer over the same nodes whose formulas are these differentiated `order` times in num: its forward\n"
+           "is f^(k), backward err * f^(k+1), fused both, constant_gradients sums err * d f^(k)/dc. Same options\n"
+           "and current constants; compiled now (keep it).")
+      .def("constant_tangent_layer", [](const py::object &self) {
+             return sameClass(self, derivedFrom(self.cast<const PyLayer &>(), {"t"}, layerStep));
+           },
+           "A layer whose node n runs sum_i t_i * df_n/dc_i: its params are, per node, these constants followed by\n"
+           "the directions t (named c', 0 until set).")
+      .def_property_readonly("derivation", [](const PyLayer &l) { return l.args.derivation; })
       .def("set_gpu_id", [](PyLayer &l, int id) { check(l.get().setGpuId(id)); }, py::arg("id"))
       .def_property_readonly("gpu_id", [](const PyLayer &l) { return l.get().gpuId(); })
       .def("__copy__", [](const py::object &self) { return py::type::of(self)(self); })
@@ -467,10 +526,19 @@ PYBIND11_MODULE(_core, m) {
              py::tuple init = py::make_tuple(nodes, a.dtype, a.layout, a.method, a.threads, a.optLevel, a.fastMath, a.bake,
                                              a.gpuId, a.tiered);
              // Baked constants cannot change, so there is nothing to restore.
-             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init,
-                                                              a.bake ? py::object(py::none()) : py::cast(l.get().params())));
+             py::object params = a.bake ? py::object(py::none()) : py::cast(l.get().params());
+             py::object state = a.derivation.empty() ? params : py::object(py::make_tuple(a.derivation, params));
+             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init, state));
            })
-      .def("_set_state", [](PyLayer &l, const py::object &params) {
+      .def("_set_state", [](PyLayer &l, const py::object &state) {
+             py::object params = state;
+             if (py::isinstance<py::tuple>(state)) { // (derivation, params): a derived layer
+               auto steps = state[py::int_(0)].cast<std::vector<std::string>>();
+               PyLayer derived = derivedFrom(l, steps, layerStep);
+               l.replace(derived.get());
+               l.args = derived.args;
+               params = state[py::int_(1)];
+             }
              if (!params.is_none())
                check(l.get().setParams(params.cast<std::vector<double>>()));
            })
@@ -508,12 +576,33 @@ PYBIND11_MODULE(_core, m) {
              for (const std::string &name : l.get().constantNames())
                constants[py::str(name)] = take(l.get().constant(name));
              py::tuple init = py::make_tuple(a.formula, a.constants, a.reduction, a.dtype, a.method, a.tiered);
-             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init, constants));
+             py::object state = a.derivation.empty() ? py::object(constants)
+                                                     : py::object(py::make_tuple(a.derivation, constants));
+             return py::make_tuple(restorer(), py::make_tuple(py::type::of(self), init, state));
            })
-      .def("_set_state", [](PyLoss &l, const std::map<std::string, double> &constants) {
-             for (const auto &[name, value] : constants)
+      .def("_set_state", [](PyLoss &l, const py::object &state) {
+             py::object constants = state;
+             if (py::isinstance<py::tuple>(state)) { // (derivation, constants): a derived loss
+               PyLoss derived = derivedFrom(l, state[py::int_(0)].cast<std::vector<std::string>>(), lossStep);
+               l.replace(derived.get());
+               l.args = derived.args;
+               constants = state[py::int_(1)];
+             }
+             for (const auto &[name, value] : constants.cast<std::map<std::string, double>>())
                check(l.get().setConstant(name, value));
            })
+      .def("derivative_loss", [](const py::object &self, unsigned order) {
+             const PyLoss &l = self.cast<const PyLoss &>();
+             if (order > 8)
+               check(l.get().derivativeLoss(order).takeError());
+             return sameClass(self, derivedFrom(l, std::vector<std::string>(order, "d"), lossStep));
+           }, py::arg("order") = 1,
+           "A loss whose formula is this one differentiated `order` times in y_pred (forward_elements gives\n"
+           "d^k l/dy_pred^k per element; gradient the next order). Same options and current constants.")
+      .def("constant_derivative_loss", [](const py::object &self, const std::string &name) {
+             return sameClass(self, derivedFrom(self.cast<const PyLoss &>(), {"c:" + name}, lossStep));
+           }, py::arg("name"), "A loss whose formula is dl/d(name), per element with forward_elements.")
+      .def_property_readonly("derivation", [](const PyLoss &l) { return l.args.derivation; })
       .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
            py::arg("y_pred"), py::arg("y_true"), "the reduced loss")
       .def("forward_elements", [](const PyLoss &l, const py::array &yp, const py::array &yt) {
