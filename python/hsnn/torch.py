@@ -1,218 +1,431 @@
-"""PyTorch modules over hsnn kernels.
+"""PyTorch modules over hsnn kernels, differentiable to any order.
 
 ``HeteroActivation(formulas)`` is an ``nn.Module`` over ``(batch, nodes)``
-tensors (the frameworks' layout): node ``j`` applies ``formulas[j]``. Its
-forward runs the fused kernel, so backward reuses f'(z) without running the
-formula again. ``FormulaLoss(formula)`` is a loss module whose gradient
-comes from hsnn's symbolic derivative. Both take CPU tensors of float32 or
-float64 (zero-copy through NumPy); their gradients pass
-``torch.autograd.gradcheck`` in float64.
+tensors (the frameworks' layout): node ``j`` applies ``formulas[j]``.
+``FormulaLoss(formula)`` is a loss module in ``y_pred`` and ``y_true``. Both
+take float32 or float64 tensors on the CPU (zero-copy through NumPy) or on a
+CUDA device (the cuda method, zero-copy through DLPack).
+
+First-order training runs the fused kernel forward (f and f' in one pass)
+and reuses f' backward. Under ``create_graph=True`` (physics-informed losses,
+gradient penalties, Hessian-vector products) the backward is itself built of
+hsnn kernels: f'' and f''' come from layers of the formulas' symbolic
+derivatives (``derivative_layer``), and a trainable constant's second
+derivatives from the constants' tangent layer (``constant_tangent_layer``),
+each compiled when first needed. Their gradients pass
+``torch.autograd.gradcheck`` and ``gradgradcheck`` in float64.
 """
 import numpy as np
 import torch
 
 from . import _core
+from . import ActivationLayer as _Layer, Loss as _Loss
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 
 
-def _numpy_dtype(t, what):
-    if t.device.type != "cpu":
-        raise ValueError(f"{what} is on {t.device}; hsnn.torch runs on CPU tensors")
+def _hsnn_dtype(t, what):
     if t.dtype not in _DTYPES:
         raise ValueError(f"{what} has dtype {t.dtype}; expected torch.float32 or torch.float64")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{what} is on {t.device}; hsnn.torch runs on CPU and CUDA tensors")
     return _DTYPES[t.dtype]
 
 
-class _TrainableHeteroFunction(torch.autograd.Function):
-    """The same with the layer's constants as an input: their gradient is
-    the sum over the batch of grad * df/dc, from hsnn's d/dc tapes."""
-
-    @staticmethod
-    def forward(ctx, z, constants, layer):
-        values = constants.detach().to(torch.float64).contiguous().numpy()
-        layer.set_params(values)
-        zc = z.detach().contiguous()
-        a, dfdz = layer.fused(zc.numpy())
-        ctx.layer, ctx.values = layer, values
-        ctx.save_for_backward(zc, torch.from_numpy(dfdz))
-        ctx.constants_dtype = constants.dtype
-        return torch.from_numpy(a)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        zc, dfdz = ctx.saved_tensors
-        grad_c = None
-        if ctx.needs_input_grad[1]:
-            g = grad.detach().to(zc.dtype).contiguous()
-            ctx.layer.set_params(ctx.values)  # another forward may have changed them since
-            grad_c = torch.from_numpy(ctx.layer.constant_gradients(zc.numpy(), g.numpy())).to(ctx.constants_dtype)
-        return _times(grad, dfdz), grad_c, None
+def _host(t):
+    """A contiguous host NumPy view of t (no copy for a contiguous CPU tensor)."""
+    return t.detach().contiguous().cpu().numpy()
 
 
-class _HeteroFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, z, layer):
-        zc = z.detach().contiguous()
-        a, dfdz = layer.fused(zc.numpy())
-        ctx.save_for_backward(torch.from_numpy(dfdz))
-        return torch.from_numpy(a)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        (dfdz,) = ctx.saved_tensors
-        return _times(grad, dfdz), None
+def _cpu_method(method):
+    """CPU tensors run on the CPU: 'auto' would pick a GPU where there is one."""
+    if method != "auto":
+        return method
+    return "cpu_jit" if _core.runtime_info().get("cpu_jit_enabled") else "cpu_interp"
 
 
 def _times(grad, derivative):
     """grad * derivative through NumPy: elementwise ops of some PyTorch builds
     (Debian's 1.13) run 10-20x slower than NumPy's on the same memory."""
     g = grad.detach()
-    if g.device.type != "cpu" or g.dtype != derivative.dtype:
+    if g.device.type != "cpu" or g.dtype != derivative.dtype or g.shape != derivative.shape:
         return grad * derivative
     out = np.empty(derivative.shape, dtype=derivative.numpy().dtype)
     np.multiply(g.numpy(), derivative.numpy(), out=out)
     return torch.from_numpy(out)
 
 
+class _Node:
+    """A layer of one derivative chain (one dtype and device) and the layers
+    its backward needs, each compiled at first use: ``d`` (the formulas
+    differentiated in num) and ``t`` (their constants' tangent), with how a
+    tangent layer's params are packed from (constants, direction)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self._d = self._t = None
+        self.perm = self.cpart = None  # set on a tangent node
+
+    @property
+    def d(self):
+        if self._d is None:
+            self._d = _Node(self.layer.derivative_layer(1))
+        return self._d
+
+    @property
+    def t(self):
+        if self._t is None:
+            t = _Node(self.layer.constant_tangent_layer())
+            offsets, size = list(self.layer.offsets), len(self.layer.params)
+            perm, cpart = [], []
+            for n, start in enumerate(offsets):
+                end = offsets[n + 1] if n + 1 < len(offsets) else size
+                cpart += range(len(perm), len(perm) + end - start)
+                perm += list(range(start, end)) + list(range(size + start, size + end))
+            t.perm, t.cpart = torch.tensor(perm, dtype=torch.long), torch.tensor(cpart, dtype=torch.long)
+            self._t = t
+        return self._t
+
+    def pack(self, c, direction):
+        """A tangent layer's params: per node, its constants then the direction."""
+        return torch.cat([c, direction.to(c.dtype)])[self.perm.to(c.device)]
+
+    def set(self, c):
+        if c is not None:
+            self.layer.set_params(_host(c.to(torch.float64)))
+
+    # The kernels, on host arrays (CPU tensors: views) or CUDA tensors.
+    def fused(self, z):
+        if z.is_cuda:
+            return self.layer.fused(z.detach().contiguous())
+        a, d = _core.ActivationLayer.fused(self.layer, _host(z))
+        return torch.from_numpy(a), torch.from_numpy(d)
+
+    def forward(self, z):
+        if z.is_cuda:
+            return self.layer.forward(z.detach().contiguous())
+        return torch.from_numpy(_core.ActivationLayer.forward(self.layer, _host(z)))
+
+    def backward(self, z, err):
+        if z.is_cuda:
+            return self.layer.backward(z.detach().contiguous(), err.detach().contiguous())
+        return torch.from_numpy(_core.ActivationLayer.backward(self.layer, _host(z), _host(err.to(z.dtype))))
+
+    def constant_gradients(self, z, err, dtype):
+        # Host arrays: a GPU layer copies them to its device and sums there.
+        g = self.layer.constant_gradients(_host(z), _host(err.to(z.dtype)))
+        return torch.from_numpy(g).to(dtype=dtype, device=z.device)
+
+
+class _Apply(torch.autograd.Function):
+    """a = f(z; c). Backward: err * f'(z) and sum err * df/dc; under
+    create_graph both as the differentiable functions below."""
+
+    @staticmethod
+    def forward(ctx, z, c, node):
+        node.set(c)
+        a, dfdz = node.fused(z)
+        ctx.node = node
+        ctx.save_for_backward(z, c, dfdz)
+        return a
+
+    @staticmethod
+    def backward(ctx, grad):
+        z, c, dfdz = ctx.saved_tensors
+        node, gz, gc = ctx.node, None, None
+        if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
+            if ctx.needs_input_grad[0]:
+                gz = _Backward.apply(z, c, grad, node)
+            if ctx.needs_input_grad[1]:
+                gc = _ConstantGradient.apply(z, c, grad, node)
+            return gz, gc, None
+        if ctx.needs_input_grad[0]:
+            gz = _times(grad, dfdz)
+        if ctx.needs_input_grad[1]:
+            node.set(c)  # another call may have changed them since
+            gc = node.constant_gradients(z, grad, c.dtype)
+        return gz, gc, None
+
+
+class _Backward(torch.autograd.Function):
+    """delta = err * f'(z; c), one fused kernel. Its derivatives: in z,
+    err * h * f''; in c, the sum of err * h * df'/dc; in err, h * f'."""
+
+    @staticmethod
+    def forward(ctx, z, c, err, node):
+        node.set(c)
+        ctx.node = node
+        ctx.save_for_backward(z, c, err)
+        return node.backward(z, err)
+
+    @staticmethod
+    def backward(ctx, h):
+        z, c, err = ctx.saved_tensors
+        node, gz, gc, gerr = ctx.node, None, None, None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            eh = err * h
+            if ctx.needs_input_grad[0]:
+                gz = _Backward.apply(z, c, eh, node.d)
+            if ctx.needs_input_grad[1]:
+                gc = _ConstantGradient.apply(z, c, eh, node.d)
+        if ctx.needs_input_grad[2]:
+            gerr = _Backward.apply(z, c, h, node)
+        return gz, gc, gerr, None
+
+
+class _ConstantGradient(torch.autograd.Function):
+    """g_c = sum over the batch of err * df/dc (one entry per constant). Its
+    derivatives along a direction h (one per constant) come from the tangent
+    layer's formulas sum_i h_i * df/dc_i: in err, that layer's forward; in z,
+    its backward; in c, its own constant gradient."""
+
+    @staticmethod
+    def forward(ctx, z, c, err, node):
+        node.set(c)
+        ctx.node = node
+        ctx.save_for_backward(z, c, err)
+        return node.constant_gradients(z, err, c.dtype)
+
+    @staticmethod
+    def backward(ctx, h):
+        z, c, err = ctx.saved_tensors
+        node, gz, gc, gerr = ctx.node, None, None, None
+        tangent = node.t
+        packed = tangent.pack(c, h)
+        if ctx.needs_input_grad[2]:
+            gerr = _Apply.apply(z, packed, tangent)
+        if ctx.needs_input_grad[0]:
+            gz = _Backward.apply(z, packed, err, tangent)
+        if ctx.needs_input_grad[1]:
+            gc = _ConstantGradient.apply(z, packed, err, tangent)[tangent.cpart.to(c.device)]
+        return gz, gc, gerr, None
+
+
 class HeteroActivation(torch.nn.Module):
     """A per-node activation: ``formulas[j]`` (a formula, a built-in name, or a
     ``(formula, constants)`` pair) applied to column ``j`` of ``(batch, nodes)``.
 
-    Layers are compiled on first use for each dtype (float32, float64) and kept.
-    With ``trainable=True`` the nodes' constants (``alpha`` in ``sin(num)*alpha``,
-    leaky_relu's ``negative_slope``, ...) form the ``nn.Parameter``
-    ``constants`` (float64, one entry per constant in ``params_layout``
-    order) and are trained with the rest of the model.
+    Layers are compiled on first use for each dtype and device, and kept.
+    With ``trainable=True`` the nodes' constants (``alpha`` in
+    ``sin(num)*alpha``, leaky_relu's ``negative_slope``, ...) form the
+    ``nn.Parameter`` ``constants`` (one entry per constant in
+    ``params_layout`` order; ``dtype`` and ``device`` as ``nn.Linear``'s,
+    float64 by default) and are trained with the rest of the model. Inputs
+    may be float32 or float64, on the CPU or a CUDA device, whatever the
+    constants' dtype.
     """
 
-    def __init__(self, formulas, method="auto", trainable=False):
+    def __init__(self, formulas, method="auto", trainable=False, dtype=None, device=None):
         super().__init__()
         self.formulas = list(formulas)
         self.method = method
-        self._layers = {}
+        self._nodes = {}
         if not self.formulas:
             raise ValueError("HeteroActivation needs at least one formula")
-        layer = self._layer("float32")  # formula errors show at construction
+        probe = _Layer(self.formulas, dtype="float32", layout="batch_major", method="cpu_interp")  # errors now
         self.trainable = trainable
+        self.params_layout = [(n, name) for n in range(probe.num_nodes) for name in probe.constant_names(n)]
+        constants = torch.tensor(probe.params, dtype=dtype or torch.float64, device=device)
         if trainable:
-            self.constants = torch.nn.Parameter(torch.tensor(layer.params, dtype=torch.float64))
-
-    @property
-    def params_layout(self):
-        """(node, constant name) of each entry of ``constants``."""
-        layer = self._layer("float32")
-        return [(n, name) for n in range(layer.num_nodes) for name in layer.constant_names(n)]
-
-    def _layer(self, dtype):
-        if dtype not in self._layers:
-            self._layers[dtype] = _core.ActivationLayer(self.formulas, dtype=dtype, layout="batch_major",
-                                                        method=self.method)
-        return self._layers[dtype]
+            self.constants = torch.nn.Parameter(constants)
+        else:
+            self.register_buffer("constants", constants, persistent=False)
 
     @property
     def num_nodes(self):
         return len(self.formulas)
 
+    def _node(self, z):
+        key = (z.dtype, z.device)
+        node = self._nodes.get(key)
+        if node is None:
+            method = _cpu_method(self.method)
+            if z.is_cuda:
+                if method not in ("auto", "cuda"):
+                    raise ValueError(f"the input is on {z.device}; the module's method is {method!r}, not 'cuda'")
+                method = "cuda"
+            layer = _Layer(self.formulas, dtype=_DTYPES[z.dtype], layout="batch_major", method=method,
+                           gpu_id=z.device.index or 0 if z.is_cuda else 0)
+            node = self._nodes[key] = _Node(layer)
+        return node
+
     def forward(self, z):
-        dtype = _numpy_dtype(z, "the input")
+        _hsnn_dtype(z, "the input")
         if z.dim() != 2 or z.shape[1] != self.num_nodes:
             raise ValueError(f"the input has shape {tuple(z.shape)}; expected (batch, {self.num_nodes})")
-        if self.trainable:
-            return _TrainableHeteroFunction.apply(z, self.constants, self._layer(dtype))
-        return _HeteroFunction.apply(z, self._layer(dtype))
+        return _Apply.apply(z, self.constants if self.trainable else None, self._node(z))
+
+    def derivative(self, z, order=1):
+        """f^(order)(z), per node, as a tensor differentiable again (to any order)."""
+        node = self._node(z)
+        for _ in range(order):
+            node = node.d
+        return _Apply.apply(z, self.constants if self.trainable else None, node)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_nodes"] = {}  # compiled layers: made again at first use
+        return state
 
     def extra_repr(self):
         shown = ", ".join(f if isinstance(f, str) else f[0] for f in self.formulas[:4])
-        return f"nodes={self.num_nodes}, formulas=[{shown}{', ...' if self.num_nodes > 4 else ''}]"
+        return (f"nodes={self.num_nodes}, formulas=[{shown}{', ...' if self.num_nodes > 4 else ''}]"
+                f"{', trainable=True' if self.trainable else ''}")
 
 
-class _LossFunction(torch.autograd.Function):
+class _LossNode:
+    """A loss of one derivative chain (one dtype and device) and the losses
+    its backward needs: ``d`` (d/dy_pred) and ``c(name)`` (d/d constant)."""
+
+    def __init__(self, loss, names):
+        self.loss, self.names = loss, names
+        self._d, self._c = None, {}
+
+    @property
+    def d(self):
+        if self._d is None:
+            self._d = _LossNode(self.loss.derivative_loss(1), self.names)
+        return self._d
+
+    def c(self, name):
+        if name not in self._c:
+            self._c[name] = _LossNode(self.loss.constant_derivative_loss(name), self.names)
+        return self._c[name]
+
+    def set(self, c):
+        if c is not None:
+            for name, v in zip(self.names, c.detach().to(torch.float64).tolist()):
+                self.loss.set_constant(name, v)
+
+    def run(self, which, yp, yt):
+        if yp.is_cuda:
+            return getattr(self.loss, which)(yp.detach().contiguous(), yt.detach().contiguous())
+        r = getattr(_core.Loss, which)(self.loss, _host(yp), _host(yt))
+        if isinstance(r, tuple):
+            return r[0], torch.from_numpy(r[1])
+        return torch.from_numpy(r) if isinstance(r, np.ndarray) else r
+
+
+def _by_constants(h, yp, yt, c, node):
+    """sum over the elements of h * dl/dc, one entry per constant, differentiable."""
+    if not node.names:
+        return torch.zeros(0, dtype=c.dtype, device=c.device)
+    return torch.stack([(h * _LossElements.apply(yp, yt, c, node.c(name))).sum() for name in node.names]).to(c.dtype)
+
+
+class _LossValue(torch.autograd.Function):
+    """The reduced loss (mean or sum) or its elements (none), from one fused
+    kernel; under create_graph the backward runs the derivative losses."""
+
     @staticmethod
-    def forward(ctx, y_pred, y_true, loss):
-        yp = y_pred.detach().contiguous()
-        yt = y_true.detach().contiguous()
-        if loss.reduction == "none":
-            value = torch.from_numpy(loss.forward_elements(yp.numpy(), yt.numpy()))
-            grad = torch.from_numpy(loss.gradient(yp.numpy(), yt.numpy()))
+    def forward(ctx, y_pred, y_true, c, node, reduction):
+        node.set(c)
+        ctx.node, ctx.reduction = node, reduction
+        if reduction == "none":
+            value, grad = node.run("forward_elements", y_pred, y_true), None
         else:
-            v, g = loss.fused(yp.numpy(), yt.numpy())
-            value, grad = torch.tensor(v, dtype=y_pred.dtype), torch.from_numpy(g)
-        ctx.save_for_backward(grad)
+            v, grad = node.run("fused", y_pred, y_true)
+            value = torch.tensor(v, dtype=y_pred.dtype, device=y_pred.device)
+        ctx.save_for_backward(y_pred, y_true, c, grad)
         return value
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        (grad,) = ctx.saved_tensors
-        return _times(grad_out.expand_as(grad), grad), None, None
-
-
-class _TrainableLossFunction(torch.autograd.Function):
-    """A loss with its constants as an input (reduction mean or sum)."""
-
-    @staticmethod
-    def forward(ctx, y_pred, y_true, constants, loss, names):
-        values = constants.detach().to(torch.float64).tolist()
-        for name, v in zip(names, values):
-            loss.set_constant(name, v)
-        yp = y_pred.detach().contiguous()
-        yt = y_true.detach().contiguous()
-        v, g = loss.fused(yp.numpy(), yt.numpy())
-        ctx.loss, ctx.names, ctx.values, ctx.constants_dtype = loss, names, values, constants.dtype
-        ctx.save_for_backward(yp, yt, torch.from_numpy(g))
-        return torch.tensor(v, dtype=y_pred.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        yp, yt, grad = ctx.saved_tensors
-        grad_c = None
+        yp, yt, c, grad = ctx.saved_tensors
+        node, reduction = ctx.node, ctx.reduction
+        scale = 1.0 / yp.numel() if reduction == "mean" and yp.numel() else 1.0
+        gyp = gc = None
+        if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
+            weight = grad_out * scale
+            if ctx.needs_input_grad[0]:
+                gyp = weight * _LossElements.apply(yp, yt, c, node.d)
+            if ctx.needs_input_grad[2]:
+                gc = _by_constants(weight, yp, yt, c, node)
+            return gyp, None, gc, None, None
+        if reduction == "none":
+            if ctx.needs_input_grad[0]:
+                node.set(c)
+                gyp = _times(grad_out, node.run("gradient", yp, yt))
+            if ctx.needs_input_grad[2]:
+                gc = _by_constants(grad_out, yp, yt, c, node)
+            return gyp, None, gc, None, None
+        if ctx.needs_input_grad[0]:
+            gyp = _times(grad_out.expand_as(grad), grad)
         if ctx.needs_input_grad[2]:
-            for name, v in zip(ctx.names, ctx.values):
-                ctx.loss.set_constant(name, v)
-            dc = torch.from_numpy(ctx.loss.constant_gradients(yp.numpy(), yt.numpy()))
-            grad_c = (dc * grad_out.detach().to(torch.float64)).to(ctx.constants_dtype)
-        return _times(grad_out.expand_as(grad), grad), None, grad_c, None, None
+            node.set(c)
+            dc = node.loss.constant_gradients(_host(yp), _host(yt))
+            gc = (torch.from_numpy(dc).to(c.device) * grad_out.detach().to(torch.float64)).to(c.dtype)
+        return gyp, None, gc, None, None
+
+
+class _LossElements(torch.autograd.Function):
+    """l(y_pred, y_true; c) per element, differentiable to any order."""
+
+    @staticmethod
+    def forward(ctx, y_pred, y_true, c, node):
+        node.set(c)
+        ctx.node = node
+        ctx.save_for_backward(y_pred, y_true, c)
+        return node.run("forward_elements", y_pred, y_true)
+
+    @staticmethod
+    def backward(ctx, h):
+        yp, yt, c = ctx.saved_tensors
+        node, gyp, gc = ctx.node, None, None
+        if ctx.needs_input_grad[0]:
+            gyp = h * _LossElements.apply(yp, yt, c, node.d)
+        if ctx.needs_input_grad[2]:
+            gc = _by_constants(h, yp, yt, c, node)
+        return gyp, None, gc, None
 
 
 class FormulaLoss(torch.nn.Module):
     """A loss written as a formula in ``y_pred`` and ``y_true`` (or a built-in
-    name: mse, huber, bce, ...), differentiated with respect to ``y_pred``.
-    ``reduction`` is "mean", "sum" or "none". ``y_true`` gets no gradient.
-    With ``trainable=True`` (mean or sum) the loss's constants (huber's
-    ``delta``, ...) form the ``nn.Parameter`` ``constants`` (float64, in
-    ``constant_names`` order)."""
+    name: mse, huber, bce, ...), differentiated with respect to ``y_pred``
+    (to any order). ``reduction`` is "mean", "sum" or "none". ``y_true`` gets
+    no gradient. With ``trainable=True`` the loss's constants (huber's
+    ``delta``, ...) form the ``nn.Parameter`` ``constants`` (in
+    ``constant_names`` order; ``dtype``/``device`` as ``nn.Linear``'s,
+    float64 by default)."""
 
-    def __init__(self, formula, constants=None, reduction="mean", method="auto", trainable=False):
+    def __init__(self, formula, constants=None, reduction="mean", method="auto", trainable=False, dtype=None,
+                 device=None):
         super().__init__()
         self.formula, self.initial, self.reduction, self.method = formula, dict(constants or {}), reduction, method
-        self._losses = {}
-        loss = self._loss("float32")
+        self._nodes = {}
+        probe = _Loss(formula, self.initial, reduction=reduction, dtype="float32", method="cpu_interp")
         self.trainable = trainable
-        self.constant_names = loss.constant_names()
+        self.constant_names = probe.constant_names()
+        values = torch.tensor([probe.constant(n) for n in self.constant_names], dtype=dtype or torch.float64,
+                              device=device)
         if trainable:
-            if reduction == "none":
-                raise ValueError("trainable constants need reduction 'mean' or 'sum', not reduction 'none'")
-            self.constants = torch.nn.Parameter(
-                torch.tensor([loss.constant(n) for n in self.constant_names], dtype=torch.float64))
+            self.constants = torch.nn.Parameter(values)
+        else:
+            self.register_buffer("constants", values, persistent=False)
 
-    def _loss(self, dtype):
-        if dtype not in self._losses:
-            self._losses[dtype] = _core.Loss(self.formula, self.initial, reduction=self.reduction, dtype=dtype,
-                                             method=self.method)
-        return self._losses[dtype]
+    def _node(self, y):
+        key = (y.dtype, y.device)
+        node = self._nodes.get(key)
+        if node is None:
+            method = "cuda" if y.is_cuda and self.method == "auto" else self.method if y.is_cuda else _cpu_method(self.method)
+            loss = _Loss(self.formula, self.initial, reduction=self.reduction, dtype=_DTYPES[y.dtype], method=method)
+            if y.is_cuda:
+                loss.set_gpu_id(y.device.index or 0)
+            node = self._nodes[key] = _LossNode(loss, self.constant_names)
+        return node
 
     def forward(self, y_pred, y_true):
-        dtype = _numpy_dtype(y_pred, "y_pred")
-        if y_true.dtype != y_pred.dtype or y_true.shape != y_pred.shape:
-            raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}) must match y_pred "
-                             f"({y_pred.dtype}, {tuple(y_pred.shape)})")
-        if self.trainable:
-            return _TrainableLossFunction.apply(y_pred, y_true, self.constants, self._loss(dtype), self.constant_names)
-        return _LossFunction.apply(y_pred, y_true, self._loss(dtype))
+        _hsnn_dtype(y_pred, "y_pred")
+        if y_true.dtype != y_pred.dtype or y_true.shape != y_pred.shape or y_true.device != y_pred.device:
+            raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}, {y_true.device}) must match y_pred "
+                             f"({y_pred.dtype}, {tuple(y_pred.shape)}, {y_pred.device})")
+        return _LossValue.apply(y_pred, y_true, self.constants if self.trainable else None, self._node(y_pred),
+                                self.reduction)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_nodes"] = {}
+        return state
 
     def extra_repr(self):
-        return f"formula={self.formula!r}, reduction={self.reduction!r}"
+        return f"formula={self.formula!r}, reduction={self.reduction!r}{', trainable=True' if self.trainable else ''}"

@@ -91,7 +91,7 @@ def test_trainable_constants_pass_gradcheck_and_train_a_prelu_slope():
     c = act.constants
 
     def f(xx, cc):
-        return ht._TrainableHeteroFunction.apply(xx, cc, act._layer("float64"))
+        return ht._Apply.apply(xx, cc, act._node(xx))
 
     assert torch.autograd.gradcheck(f, (x, c.detach().clone().requires_grad_()))
 
@@ -110,13 +110,11 @@ def test_trainable_constants_pass_gradcheck_and_train_a_prelu_slope():
 
 
 def test_trainable_loss_constants_pass_gradcheck():
-    for reduction in ["mean", "sum"]:
+    for reduction in ["mean", "sum", "none"]:
         loss = ht.FormulaLoss("huber", {"delta": 0.7}, reduction=reduction, trainable=True)
         assert loss.constant_names == ["delta"]
         yp = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
         yt = torch.randn(5, 3, dtype=torch.float64)
         c = loss.constants.detach().clone().requires_grad_()
-        f = lambda p, cc: ht._TrainableLossFunction.apply(p, yt, cc, loss._loss("float64"), loss.constant_names)
+        f = lambda p, cc: ht._LossValue.apply(p, yt, cc, loss._node(p), reduction)
         assert torch.autograd.gradcheck(f, (yp, c)), reduction
-    with pytest.raises(ValueError, match="reduction 'none'"):
-        ht.FormulaLoss("huber", reduction="none", trainable=True)
