@@ -46,6 +46,10 @@ struct AotOptions {
   std::string features{}; ///< Extra target features, e.g. "+avx2".
   int optLevel = 3;
   bool bakeConstants = false;
+  /// Compile the formulas differentiated this many times (d/dnum, or
+  /// d/dy_pred for a loss; at most 8): NAME_forward then computes f^(K),
+  /// NAME_backward err * f^(K+1), NAME_constant_gradient sums err * d f^(K)/dc.
+  unsigned order = 0;
   /// Losses: the reduction of the header's NAME_loss and NAME_loss_gradient
   /// (mean divides by n and scales the gradient by 1/n; sum does neither).
   Reduction reduction = Reduction::Mean;
@@ -71,10 +75,11 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
 /// KernelSpec activation ABI; the PTX header comment lists which node uses
 /// which K), or for a loss NAME_elements/_sum/_gradient/_fused (partial sums
 /// per thread in an extra double* argument). Needs no GPU.
+/// `order` as AotOptions::order.
 Expected<std::string> compileLayerPtx(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
-                                      const std::string &arch, int optLevel = 3);
+                                      const std::string &arch, int optLevel = 3, unsigned order = 0);
 Expected<std::string> compileLossPtx(const std::string &name, const std::string &formula,
                                      const std::map<std::string, double> &constants, DType dtype,
-                                     const std::string &arch, int optLevel = 3);
+                                     const std::string &arch, int optLevel = 3, unsigned order = 0);
 
 } // namespace hsnn

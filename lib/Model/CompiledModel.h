@@ -24,6 +24,11 @@
 
 namespace hsnn::detail {
 
+/// At most this many derivation steps on top of the formulas as written:
+/// each step can multiply a formula's size (gelu's tenth derivative is a
+/// page), and no use we know of goes past the fourth.
+inline constexpr size_t kMaxDerivationSteps = 8;
+
 struct ModelOptions {
   DType dtype = DType::F32;
   Layout layout = Layout::NodesMajor; ///< Activations only.

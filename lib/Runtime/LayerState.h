@@ -59,11 +59,6 @@ struct ModelSource {
   ModelOptions options;
 };
 
-/// At most this many derivation steps on top of the formulas as written:
-/// each step can multiply a formula's size (gelu's tenth derivative is a
-/// page), and no use we know of goes past the fourth.
-inline constexpr size_t kMaxDerivationSteps = 8;
-
 struct LayerState {
   /// The engine and the constants one call runs with. Replaced whole, never
   /// changed in place, so a call that took them keeps a consistent pair.

@@ -303,3 +303,48 @@ TEST_CASE("AOT constant-gradient entry points agree with the JIT's") {
   fn(yp.data(), yt.data(), &g, static_cast<const double *>((*lib)->address(symbols[1])), int64_t(batch), 1.0);
   CHECK(g == doctest::Approx(lw[0]).epsilon(1e-12));
 }
+
+TEST_CASE("AOT higher-derivative entry points give the JIT's derivative layers' bits") {
+  REQUIRE_JIT();
+  const std::vector<NodeSpec> spec = {{"sin(num)*alpha + beta", {{"alpha", 1.5}, {"beta", -0.25}}},
+                                      {"gelu", {}},
+                                      {"relu", {}},
+                                      {"Piecewise((num**3, num > 0), (a*num, True))", {{"a", 0.3}}}};
+  const size_t nodes = spec.size(), batch = 1031;
+  std::mt19937_64 rng(11);
+  std::vector<double> z = values<double>(nodes * batch, rng), err = values<double>(nodes * batch, rng);
+  auto jit = detail::HostJIT::get();
+  REQUIRE_OK_EXPECTED(jit);
+  auto base = ActivationLayer::compile(spec, {.method = Method::CpuJit, .dtype = DType::F64});
+  REQUIRE_OK_EXPECTED(base);
+  for (unsigned order : {2u, 3u}) {
+    CAPTURE(order);
+    auto derived = base->derivativeLayer(order);
+    REQUIRE_OK_EXPECTED(derived);
+    std::vector<double> want(z.size()), wantDelta(z.size());
+    REQUIRE_OK(derived->forward(z, want, batch));
+    REQUIRE_OK(derived->backward(z, err, wantDelta, batch));
+    std::string name = fmt::format("d{}", order);
+    auto art = compileLayerAot(name, spec, DType::F64, Layout::NodesMajor, {.order = order});
+    REQUIRE_OK_EXPECTED(art);
+    CHECK(art->header.find(fmt::format("differentiated {} times in num", order)) != std::string::npos);
+    std::vector<std::vector<char>> objects = {art->bytes};
+    std::vector<std::string> symbols = {name + "_forward", name + "_backward", name + "_default_params"};
+    auto lib = (*jit)->load(objects, symbols, nullptr);
+    REQUIRE_OK_EXPECTED(lib);
+    using Fwd = void (*)(const double *, double *, int64_t, const double *);
+    using Bwd = void (*)(const double *, const double *, double *, int64_t, const double *);
+    auto fwd = reinterpret_cast<Fwd>((*lib)->address(symbols[0]));
+    auto bwd = reinterpret_cast<Bwd>((*lib)->address(symbols[1]));
+    auto params = static_cast<const double *>((*lib)->address(symbols[2]));
+    REQUIRE((fwd && bwd && params));
+    std::vector<double> got(z.size()), gotDelta(z.size());
+    fwd(z.data(), got.data(), int64_t(batch), params);
+    bwd(z.data(), err.data(), gotDelta.data(), int64_t(batch), params);
+    expectSameBits(got, want, "AOT f^(k) vs derivativeLayer(k).forward");
+    expectSameBits(gotDelta, wantDelta, "AOT err * f^(k+1) vs derivativeLayer(k).backward");
+  }
+  auto tooHigh = compileLayerAot("d9", spec, DType::F64, Layout::NodesMajor, {.order = 9});
+  REQUIRE_FALSE(tooHigh);
+  CHECK(tooHigh.error().message() == "derivative of order 9; at most 8 are supported");
+}

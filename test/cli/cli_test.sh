@@ -50,8 +50,17 @@ expect no-command 2 $'hsnn-jit: error: no command given\nTry \'hsnn-jit --help\'
 expect bad-mode 2 $'hsnn-jit parse: error: --mode takes \'activation\' or \'loss\'\nTry \'hsnn-jit parse --help\'.' -- parse x --mode foo
 expect version 0 'hsnn-jit 0.1.0' -- --version
 expect parse-json 0 '{"canonical": "alpha*sin(x)", "mode": "activation", "constants": [{"name": "alpha"}]}' -- parse 'sin(x)*alpha' --json
-expect diff-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "derivative": "2*(y_pred - y_true)"}' -- diff mse --json
-expect eval-json 0 '{"value": 0.84134474606854304, "dtype": "f64", "derivative": false}' -- eval gelu --at 1 --json
+expect diff-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "order": 1, "derivative": "2*(y_pred - y_true)"}' -- diff mse --json
+expect diff-order3 0 '-alpha*cos(x)' -- diff 'sin(x)*alpha' --order 3
+expect diff-order2-relu 0 '0' -- diff relu --order 2
+expect diff-order2-json 0 '{"formula": "(y_pred - y_true)**2", "variable": "y_pred", "order": 2, "derivative": "2"}' -- diff mse --order 2 --json
+expect diff-order-bad 2 $'hsnn-jit diff: error: --order takes a whole number from 1 to 8\nTry \'hsnn-jit diff --help\'.' -- diff tanh --order 9
+expect eval-order2 0 '-0.72686198138358726' -- eval tanh --at 0.5 --order 2
+expect eval-order3-json 0 '{"value": -1.0806046117362795, "dtype": "f64", "derivative": true, "order": 3}' -- eval 'sin(x)*a' --const a=2 --at 1 --order 3 --json
+expect eval-order2-loss 0 '1' -- eval huber --at 0.3 --y-true 0 --order 2
+expect eval-order0 0 '0.46211715726000974' -- eval tanh --at 0.5 --order 0
+expect eval-order-clash 2 $'hsnn-jit eval: error: --derivative and --order disagree\nTry \'hsnn-jit eval --help\'.' -- eval tanh --at 1 --derivative --order 2
+expect eval-json 0 '{"value": 0.84134474606854304, "dtype": "f64", "derivative": false, "order": 0}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
 expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
@@ -94,8 +103,14 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   expect compile-bad-name 1 "hsnn-jit compile: error: layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
   printf '%s' '{"name": "l1", "dtyp": "f64", "nodes": [{"formula": "relu"}]}' > "$dir/key.json"
   printf '%s' '{"name": "l1", "nodes": [{"formula": "relu", "constant": {"a": 1}}]}' > "$dir/nodekey.json"
-  expect compile-unknown-key 1 "hsnn-jit compile: error: $dir/key.json: unknown key \"dtyp\" (known: name, mode, dtype, layout, nodes)" -- compile "$dir/key.json" --emit obj
+  expect compile-unknown-key 1 "hsnn-jit compile: error: $dir/key.json: unknown key \"dtyp\" (known: name, mode, dtype, layout, nodes, order)" -- compile "$dir/key.json" --emit obj
   expect compile-unknown-node-key 1 "hsnn-jit compile: error: $dir/nodekey.json: nodes[0]: unknown key \"constant\" (known: formula, constants, repeat)" -- compile "$dir/nodekey.json" --emit obj
+  echo '{"name": "second", "order": 2, "nodes": [{"formula": "sin(num)*a", "constants": {"a": 2}}]}' > "$dir/order.json"
+  echo '{"name": "second", "order": 9, "nodes": [{"formula": "tanh"}]}' > "$dir/order9.json"
+  expect compile-order-bad 1 "hsnn-jit compile: error: $dir/order9.json: \"order\" must be an integer from 0 to 8" -- compile "$dir/order9.json" --emit header
+  "$J" compile "$dir/order.json" --emit header -o - | grep -q 'differentiated 2 times in num' &&
+    "$J" compile "$dir/order.json" --emit header -o - | grep -q 'node 0: -a\*sin(num) = a' && pass=$((pass + 1)) ||
+    { fail=$((fail + 1)); echo "FAIL compile with \"order\": 2 names the second derivative"; }
   expect compile-dev-zero 1 "hsnn-jit compile: error: /dev/zero is not a regular file" -- compile /dev/zero --emit obj
   printf '%0.s[' $(seq 100000) > "$dir/deep.json"
   expect compile-deep 1 "hsnn-jit compile: error: $dir/deep.json: JSON nested 100000 levels deep; a spec nests at most 32" -- compile "$dir/deep.json" --emit obj

@@ -35,6 +35,9 @@ Compiles a layer or loss described in SPEC.json ahead of time:
              {"formula": "relu", "repeat": 3}]}
   {"name": "loss", "mode": "loss", "dtype": "f32", "formula": "huber",
    "constants": {"delta": 0.5}, "reduction": "mean"}
+"order": K (0 to 8) compiles the formulas differentiated K times: NAME_forward
+then runs f^(K), NAME_backward err * f^(K+1) (losses: NAME_elements the K-th
+derivative in y_pred); compile one spec per order an application needs.
 obj + header give C entry points that need no LLVM, TBB or hsnn at link time
 (link with -lmvec -lm); see the header for the ABI. ptx: GPU kernels for
 --gpu-arch (what LLVM 19 knows, sm_50..sm_90a; default sm_80), no GPU needed; cubin runs ptxas on
@@ -54,6 +57,7 @@ struct Spec {
   std::vector<NodeSpec> nodes;
   std::string formula;
   std::map<std::string, double> constants;
+  unsigned order = 0; ///< Derivatives taken of every formula.
 };
 
 constexpr size_t kMaxRepeat = 1 << 20;
@@ -214,9 +218,15 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
     return fmt::format("{}: \"reduction\" must be \"mean\", \"sum\" or \"none\"", path);
   s.mode = *mode == "loss" ? FormulaMode::Loss : FormulaMode::Activation;
   if (auto e = s.mode == FormulaMode::Loss
-                   ? unknownKey(*o, {"name", "mode", "dtype", "formula", "constants", "reduction"}, path)
-                   : unknownKey(*o, {"name", "mode", "dtype", "layout", "nodes"}, path))
+                   ? unknownKey(*o, {"name", "mode", "dtype", "formula", "constants", "reduction", "order"}, path)
+                   : unknownKey(*o, {"name", "mode", "dtype", "layout", "nodes", "order"}, path))
     return *e;
+  if (const Json *order = member(*o, "order")) {
+    auto k = integerOf(*order);
+    if (!k || *k < 0 || *k > 8)
+      return fmt::format("{}: \"order\" must be an integer from 0 to 8", path);
+    s.order = unsigned(*k);
+  }
   s.dtype = *dtype == "f64" ? DType::F64 : DType::F32;
   s.layout = *layout == "batch_major" ? Layout::BatchMajor : Layout::NodesMajor;
   s.reduction = *reduction == "sum" ? Reduction::Sum : *reduction == "none" ? Reduction::None : Reduction::Mean;
@@ -453,8 +463,9 @@ int runCompile(std::span<const std::string_view> args) {
     return fail(e.message());
   };
   if (*emit == "ptx" || *emit == "cubin") {
-    auto ptx = s.mode == FormulaMode::Loss ? compileLossPtx(s.name, s.formula, s.constants, s.dtype, gpuArch, o.optLevel)
-                                           : compileLayerPtx(s.name, s.nodes, s.dtype, gpuArch, o.optLevel);
+    auto ptx = s.mode == FormulaMode::Loss
+                   ? compileLossPtx(s.name, s.formula, s.constants, s.dtype, gpuArch, o.optLevel, s.order)
+                   : compileLayerPtx(s.name, s.nodes, s.dtype, gpuArch, o.optLevel, s.order);
     if (!ptx)
       return failWith(ptx.error());
     if (verbose)
@@ -481,6 +492,7 @@ int runCompile(std::span<const std::string_view> args) {
     return writeOutput(out.value_or(s.name + ".cubin"), cubin) ? Ok : BadInput;
   }
   o.reduction = s.reduction;
+  o.order = s.order;
   ProgressBar bar("generating code", "functions", progress);
   if (*emit != "llvm-ir" && *emit != "header")
     o.progress = [&](size_t done, size_t total) { bar.update(done, total); };

@@ -26,19 +26,19 @@ makes sense as a loss (y_pred, y_true, mse, ...) is read as one. --guards
 also prints the branches kernels take at a built-in's tails, where its
 floating-point form would give inf*0 (gelu, silu, mish).
 )";
-constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--mode activation|loss] [--guards] [--json] [-v]
+constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--order K] [--mode activation|loss] [--guards] [--json] [-v]
 
 Prints the simplified derivative on one line: d/dnum for activations,
-d/dy_pred for losses. The text is the function on the reals, as SymPy
+d/dy_pred for losses; --order K (1 to 8) differentiates K times. The text is the function on the reals, as SymPy
 reads it; --guards also prints the branches kernels take at a built-in's
 tails (gelu'(+inf) is 1 where the printed form is inf*0).
 )";
 constexpr const char *kEvalHelp =
     R"(usage: hsnn-jit eval FORMULA --at X [--y-true T] [--const NAME=VALUE ...]
-                     [--derivative] [--dtype f32|f64] [--mode activation|loss] [--json] [-v]
+                     [--derivative | --order K] [--dtype f32|f64] [--mode activation|loss] [--json] [-v]
 
-Evaluates FORMULA (or its derivative) with the interpreter and prints the
-value with 17 significant digits. --at is num for activations and y_pred for
+Evaluates FORMULA (or its derivative; --order K: its K-th, 0 to 8) with the
+interpreter and prints the value with 17 significant digits. --at is num for activations and y_pred for
 losses; --y-true makes it a loss.
 )";
 
@@ -66,7 +66,8 @@ struct Options {
   std::optional<FormulaMode> mode;
   std::optional<double> at, yTrue;
   std::map<std::string, double> constants;
-  bool derivative = false;
+  unsigned order = 0; // derivatives to take (diff: 1 unless --order)
+  bool orderGiven = false;
   DType dtype = DType::F64;
   bool help = false;
   bool json = false;
@@ -127,7 +128,21 @@ std::optional<int> parseOptions(std::string_view command, std::span<const std::s
       }
       o.constants[std::string(v->substr(0, eq))] = d;
     } else if (evalOptions && a == "--derivative") {
-      o.derivative = true;
+      if (o.orderGiven && o.order != 1)
+        return usageError(command, "--derivative and --order disagree");
+      o.order = 1;
+      o.orderGiven = true;
+    } else if (a == "--order") {
+      auto v = value();
+      unsigned k = 0;
+      auto [p, ec] = v ? std::from_chars(v->data(), v->data() + v->size(), k) : std::from_chars_result{};
+      unsigned lowest = evalOptions ? 0 : 1;
+      if (!v || ec != std::errc() || p != v->data() + v->size() || k < lowest || k > 8)
+        return usageError(command, fmt::format("--order takes a whole number from {} to 8", lowest));
+      if (o.orderGiven && o.order != k)
+        return usageError(command, "--derivative and --order disagree");
+      o.order = k;
+      o.orderGiven = true;
     } else if (evalOptions && a == "--dtype") {
       auto v = value();
       if (!v || (*v != "f32" && *v != "f64"))
@@ -234,12 +249,15 @@ int runDiff(std::span<const std::string_view> args) {
   const Formula &f = *parsed;
   Variable v = f.mode == FormulaMode::Loss ? Variable::YPred : Variable::Num;
   auto t1 = Clock::now();
-  std::string derivative = print(differentiate(ctx, f.expr, v), {f.variable, o.guards});
+  Expr d = f.expr;
+  for (unsigned k = 0; k < (o.orderGiven ? o.order : 1); ++k)
+    d = differentiate(ctx, d, v);
+  std::string derivative = print(d, {f.variable, o.guards});
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate: {:.3f} ms\n", parseMs, msSince(t1));
   if (o.json)
-    fmt::print("{{\"formula\": {}, \"variable\": \"{}\", \"derivative\": {}}}\n", jsonQuote(print(f.expr, {f.variable})),
-               variableName(v), jsonQuote(derivative));
+    fmt::print("{{\"formula\": {}, \"variable\": \"{}\", \"order\": {}, \"derivative\": {}}}\n",
+               jsonQuote(print(f.expr, {f.variable})), variableName(v), o.orderGiven ? o.order : 1, jsonQuote(derivative));
   else
     fmt::print("{}\n", derivative);
   return Ok;
@@ -275,10 +293,16 @@ int runEval(std::span<const std::string_view> args) {
     if (!layer)
       return report(layer.error());
     info = layer->compileInfo();
+    // The K-th derivative as the kernels run it: backward of the (K-1)-th layer.
+    if (o.order > 1)
+      if (auto below = layer->derivativeLayer(o.order - 1); below)
+        *layer = std::move(*below);
+      else
+        return report(below.error());
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T z = T(*o.at), one = 1, out = 0;
-      Error e = o.derivative ? layer->backward({&z, 1}, {&one, 1}, {&out, 1}, 1) : layer->forward({&z, 1}, {&out, 1}, 1);
+      Error e = o.order ? layer->backward({&z, 1}, {&one, 1}, {&out, 1}, 1) : layer->forward({&z, 1}, {&out, 1}, 1);
       value = double(out);
       return e;
     };
@@ -290,10 +314,15 @@ int runEval(std::span<const std::string_view> args) {
     if (!loss)
       return report(loss.error());
     info = loss->compileInfo();
+    if (o.order > 1)
+      if (auto below = loss->derivativeLoss(o.order - 1); below)
+        *loss = std::move(*below);
+      else
+        return report(below.error());
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T yp = T(*o.at), yt = T(o.yTrue.value_or(0)), out = 0;
-      Error e = o.derivative ? loss->gradient({&yp, 1}, {&yt, 1}, {&out, 1}) : loss->forwardElements({&yp, 1}, {&yt, 1}, {&out, 1});
+      Error e = o.order ? loss->gradient({&yp, 1}, {&yt, 1}, {&out, 1}) : loss->forwardElements({&yp, 1}, {&yt, 1}, {&out, 1});
       value = double(out);
       return e;
     };
@@ -304,9 +333,9 @@ int runEval(std::span<const std::string_view> args) {
     fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate+lower: {:.3f} ms, total with evaluation: {:.3f} ms\n",
                info.parseMs, info.diffMs, msSince(t0));
   if (o.json)
-    fmt::print("{{\"value\": {}, \"dtype\": \"{}\", \"derivative\": {}}}\n",
+    fmt::print("{{\"value\": {}, \"dtype\": \"{}\", \"derivative\": {}, \"order\": {}}}\n",
                std::isfinite(value) ? fmt::format("{:.17g}", value) : jsonQuote(fmt::format("{}", value)), to_string(o.dtype),
-               o.derivative);
+               o.order > 0, o.order);
   else
     fmt::print("{:.17g}\n", value);
   return Ok;
