@@ -19,7 +19,7 @@
 // A loss NAME exports the kernels of KernelSpec's LossFn ABI:
 //   double NAME_sum     (const T *yp, const T *yt, T *unused, const double *params, int64_t n, T scale);
 //   double NAME_elements(..., T *out, ...), NAME_gradient(..., T *grad, ..., T scale), NAME_fused(...),
-//   NAME_constant_gradient(..., double *grads, ..., T scale) (grads[j] = scale * sum of dl/dparams[j])
+//   NAME_constant_gradient(..., double *grads, ..., double scale) (grads[j] = scale * sum of dl/dparams[j])
 // where the mean loss is NAME_sum(...)/n and its gradient uses scale = 1/n.
 //
 //===----------------------------------------------------------------------===//

@@ -267,7 +267,7 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
       "/* grad as above; returns the sum of the losses */\n"
       "double {name}_fused(const {T} *yp, const {T} *yt, {T} *grad, const double *params, int64_t n, {T} scale);\n"
       "/* Trainable constants: grads[j] = scale * the sum of d loss / d params[j]; returns 0 */\n"
-      "double {name}_constant_gradient(const {T} *yp, const {T} *yt, double *grads, const double *params, int64_t n, {T} scale);\n",
+      "double {name}_constant_gradient(const {T} *yp, const {T} *yt, double *grads, const double *params, int64_t n, double scale);\n",
       fmt::arg("name", name), fmt::arg("U", upper), fmt::arg("T", T), fmt::arg("np", model.defaultParams.size()),
       fmt::arg("npa", std::max<size_t>(1, model.defaultParams.size())));
   // The spec's reduction: host-side arithmetic on the kernels above, so it

@@ -410,7 +410,7 @@ private:
   }
 
   template <class T> void runLossConstantGradient(const LossArgs &a, const ParamSet &params) const {
-    using Fn = double (*)(const T *, const T *, double *, const double *, int64_t, T);
+    using Fn = double (*)(const T *, const T *, double *, const double *, int64_t, double);
     size_t k = model().group(0).formula.constants.size();
     if (k == 0)
       return;
@@ -420,7 +420,7 @@ private:
     std::vector<double> parts(chunks * k);
     forBlocks(chunks, kLossBlock, [&](size_t c) {
       size_t i0 = c * kLossBlock, len = std::min(kLossBlock, a.n - i0);
-      fn(yp + i0, yt + i0, parts.data() + c * k, params.values.data(), int64_t(len), T(1));
+      fn(yp + i0, yt + i0, parts.data() + c * k, params.values.data(), int64_t(len), 1.0);
     });
     auto *grads = static_cast<double *>(a.out);
     for (size_t j = 0; j < k; ++j) {

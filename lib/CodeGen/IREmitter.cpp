@@ -41,7 +41,10 @@ public:
       argTypes.push_back(i64);
     if (multi)
       argTypes.push_back(i64);
-    FunctionType *fty = loss ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, et}, false)
+    // A loss's constant gradients are doubles, and so is their scale: a
+    // mean's 1/n rounded to f32 would cost its digits.
+    Type *scaleTy = r.kind == KernelKind::LossConstantGradient ? Type::getDoubleTy(ctx_) : et;
+    FunctionType *fty = loss ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, scaleTy}, false)
                              : FunctionType::get(Type::getVoidTy(ctx_), argTypes, false);
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
@@ -90,7 +93,7 @@ public:
     size_t numSums = reduces ? p.outputs.size() : kindInfo(r.kind).summing ? 1 : 0;
     std::vector<Sum> sums;
     for (size_t j = 0; j < numSums; ++j)
-      sums.emplace_back(b, lanes, reduces || et->isDoubleTy());
+      sums.emplace_back(b, lanes, true);
     for (Sum &sum : sums)
       sum.start(entry);
     Value *rem = b.CreateSub(n, idx, "rem");
@@ -221,7 +224,7 @@ public:
     Value *zero = ConstantFP::get(b.getDoubleTy(), 0.0);
     if (reduces) {
       // out[j] = the sum (times scale for a loss), as doubles.
-      Value *scale = !loss ? nullptr : et->isDoubleTy() ? fn->getArg(5) : b.CreateFPExt(fn->getArg(5), b.getDoubleTy());
+      Value *scale = !loss ? nullptr : fn->getArg(5); // a double (above)
       for (size_t j = 0; j < numSums; ++j) {
         Value *v = sums[j].total();
         b.CreateStore(scale ? b.CreateFMul(v, scale) : v, b.CreateConstInBoundsGEP1_64(b.getDoubleTy(), fn->getArg(2), j));
@@ -236,8 +239,9 @@ public:
 
 private:
   // A running sum, lane by lane in double: a loss, or a constant's gradient.
-  // f64 losses and gradients carry a Neumaier compensation per lane, so a
-  // sum of a million elements stays within a few ulp of the exact sum; the
+  // Every sum carries a Neumaier compensation per lane (f32 losses' too: an
+  // AOT _sum of 10^7 f32 terms drifted 4.5e3 ulp of the double), so a
+  // sum of millions of elements stays within a few ulp of the exact sum; the
   // lanes are added in lane order at the end. Every step's order is fixed by
   // n alone: the same bits each run.
   class Sum {

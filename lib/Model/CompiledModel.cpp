@@ -5,6 +5,7 @@
 #include "Program/Stopwatch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <map>
 #include <optional>
@@ -67,16 +68,61 @@ Expr guardNaN(ExprContext &ctx, Expr d, std::initializer_list<Variable> vars) {
   return d;
 }
 
+bool powerOfTwoAboveOne(Expr e) {
+  if (!e->isNumber())
+    return false;
+  int exponent = 0;
+  double mantissa = std::frexp(std::abs(e->number()), &exponent);
+  return mantissa == 0.5 && exponent > 1;
+}
+
+// How a product is evaluated, not what it is: canonical products put their
+// number first, so 4*x*sigmoid(x)*exp(-2*softplus(x)) (mish') runs as
+// ((4*x)*...), and 4*x overflows to inf for |x| > 8.5e37 (f32) where the
+// later factors are 0: inf*0, NaN. A coefficient 2^k (k >= 1) moved to the
+// end of its chain of products and quotients gives the same bits whenever
+// nothing overflows or underflows (scaling by 2^k is exact), and the rest of
+// the chain is smaller than with it, so the move cannot make an overflow; a
+// coefficient below 1 moved last could (0.5*x*2 at x = 1e308), and stays.
+class PowerOfTwoLast {
+public:
+  explicit PowerOfTwoLast(ExprContext &ctx) : ctx_(ctx) {}
+  Expr operator()(Expr root) {
+    return postOrder(memo_, root, [&](Expr e) -> Expr {
+      if (e->numArgs() == 0)
+        return e;
+      std::vector<Expr> args;
+      for (Expr a : e->args())
+        args.push_back(memo_.at(a));
+      if (e->op() == Op::Mul && powerOfTwoAboveOne(args[0]) && !args[1]->isNumber())
+        return ctx_.mul(args[1], args[0]);
+      // (y*2^k) op b -> (y op b)*2^k, for op * or /.
+      Expr left = args[0];
+      if ((e->op() == Op::Mul || e->op() == Op::Div) && left->op() == Op::Mul && powerOfTwoAboveOne(left->arg(1)) &&
+          !args[1]->isNumber())
+        return ctx_.mul(ctx_.make(e->op(), {left->arg(0), args[1]}), left->arg(1));
+      return ctx_.make(e->op(), args);
+    });
+  }
+
+private:
+  ExprContext &ctx_;
+  std::unordered_map<Expr, Expr> memo_;
+};
+
 // Lowers the tapes of every kind of the group's mode: each kind evaluates
 // the roots its .def row names, value first.
 void lowerGroup(ExprContext &ctx, FormulaGroup &g, std::span<const KernelKind> kinds) {
   bool loss = isLoss(kinds.front());
+  PowerOfTwoLast evaluationOrder(ctx);
   Expr derivative = loss ? guardNaN(ctx, g.derivative, {Variable::YPred, Variable::YTrue})
                          : guardNaN(ctx, g.derivative, {Variable::Num});
+  Expr value = evaluationOrder(g.formula.expr);
+  derivative = evaluationOrder(derivative);
   for (KernelKind k : kinds) {
     std::vector<Expr> roots;
     if (kindInfo(k).value)
-      roots.push_back(g.formula.expr);
+      roots.push_back(value);
     if (kindInfo(k).derivative)
       roots.push_back(derivative);
     g.programs[size_t(k)] = Program::lower(roots, g.formula.constants);
@@ -85,7 +131,8 @@ void lowerGroup(ExprContext &ctx, FormulaGroup &g, std::span<const KernelKind> k
   std::vector<Expr> byConstant;
   for (const std::string &name : g.formula.constants) {
     Expr d = differentiate(ctx, g.formula.expr, ctx.param(name));
-    byConstant.push_back(loss ? guardNaN(ctx, d, {Variable::YPred, Variable::YTrue}) : guardNaN(ctx, d, {Variable::Num}));
+    byConstant.push_back(evaluationOrder(loss ? guardNaN(ctx, d, {Variable::YPred, Variable::YTrue})
+                                              : guardNaN(ctx, d, {Variable::Num})));
   }
   g.constantDerivatives = byConstant;
   g.programs[size_t(constantGradientKind(loss))] = Program::lower(byConstant, g.formula.constants);

@@ -348,3 +348,67 @@ TEST_CASE("AOT higher-derivative entry points give the JIT's derivative layers' 
   REQUIRE_FALSE(tooHigh);
   CHECK(tooHigh.error().message() == "derivative of order 9; at most 8 are supported");
 }
+
+TEST_CASE("loss sums that cancel keep their digits in one AOT pass, f32 sums are compensated, the scale is a double") {
+  REQUIRE_JIT();
+  // Pairs x, -x + k*2^-20 (k < 37): they nearly cancel, condition number
+  // ~5e4 as in the audit's case.
+  const size_t n = 10000000;
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> yp(n), yt(n, 0.0);
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    yp[i] = u(rng);
+    yp[i + 1] = -yp[i] + std::ldexp(double(rng() % 37), -20);
+  }
+  std::shuffle(yp.begin(), yp.end(), rng);
+  __float128 exactSum = 0; // the terms are multiples of 2^-74 below 2: exact in 113 bits
+  double absSum = 0;
+  for (double x : yp)
+    exactSum += x, absSum += std::abs(x);
+  const double want = double(exactSum);
+  CAPTURE(want);
+  CAPTURE(absSum / std::abs(want)); // the condition number
+  // (cpu_jit and the interpreter add 16384-element partials, each rounded
+  // once: 8-9 ulp here; see the closing note of issue 30.)
+  const char *formula = "y_pred - y_true";
+  auto jit = detail::HostJIT::get();
+  REQUIRE_OK_EXPECTED(jit);
+  using SumFn64 = double (*)(const double *, const double *, double *, const double *, int64_t, double);
+  using SumFn32 = double (*)(const float *, const float *, float *, const double *, int64_t, float);
+  using ConstFn32 = double (*)(const float *, const float *, double *, const double *, int64_t, double);
+  auto art64 = compileLossAot("cancel64", formula, {}, DType::F64);
+  REQUIRE_OK_EXPECTED(art64);
+  std::vector<std::vector<char>> objects64 = {art64->bytes};
+  std::vector<std::string> symbols64 = {"cancel64_sum"};
+  auto lib64 = (*jit)->load(objects64, symbols64, nullptr);
+  REQUIRE_OK_EXPECTED(lib64);
+  double params[1] = {0};
+  double aot = reinterpret_cast<SumFn64>((*lib64)->address("cancel64_sum"))(yp.data(), yt.data(), nullptr, params,
+                                                                            int64_t(n), 1.0);
+  CHECK(ulpDistance(aot, want) <= 1);
+
+  // f32 terms summed in double: within an ulp of the double sum of the same floats.
+  std::vector<float> fp(n), ft(n, 0.0f);
+  __float128 exact32 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    fp[i] = float(yp[i] * 3 + 0.25); // positive and negative terms of mixed sizes
+    exact32 += fp[i];
+  }
+  auto art32 = compileLossAot("sum32", "(y_pred - y_true)*w", {{"w", 1.0}}, DType::F32);
+  REQUIRE_OK_EXPECTED(art32);
+  CHECK(art32->header.find("double *grads, const double *params, int64_t n, double scale") != std::string::npos);
+  std::vector<std::vector<char>> objects32 = {art32->bytes};
+  std::vector<std::string> symbols32 = {"sum32_sum", "sum32_constant_gradient"};
+  auto lib32 = (*jit)->load(objects32, symbols32, nullptr);
+  REQUIRE_OK_EXPECTED(lib32);
+  double w[1] = {1.0};
+  double got32 = reinterpret_cast<SumFn32>((*lib32)->address("sum32_sum"))(fp.data(), ft.data(), nullptr, w,
+                                                                            int64_t(n), 1.0f);
+  CHECK(ulpDistance(got32, double(exact32)) <= 1);
+  // d/dw of the mean: the sum times 1/n, with 1/n a double (as a float it is 1e-7 * (1 + 2^-25)).
+  double grad = 0;
+  reinterpret_cast<ConstFn32>((*lib32)->address("sum32_constant_gradient"))(fp.data(), ft.data(), &grad, w, int64_t(n),
+                                                                            1.0 / double(n));
+  CHECK(ulpDistance(grad, double(exact32) / double(n)) <= 2);
+}

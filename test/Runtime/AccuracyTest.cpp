@@ -57,6 +57,15 @@ const Row kRows[] = {
     {"silu", DType::F64, kInf, true, 1.0},
     {"mish", DType::F32, -kInf, false, 0.0},
     {"mish", DType::F64, kInf, true, 1.0},
+    // mish written out: its derivative's 4*x*... overflowed (inf*0, NaN) before
+    // the power-of-two coefficient moved to the end of the product.
+    {"num*tanh(softplus(num))", DType::F32, 9e37, true, 1.0},
+    {"num*tanh(softplus(num))", DType::F32, -9e37, true, 0.0},
+    {"num*tanh(softplus(num))", DType::F32, 3e38, true, 1.0},
+    {"num*tanh(softplus(num))", DType::F64, 5e307, true, 1.0},
+    {"num*tanh(softplus(num))", DType::F64, -5e307, true, 0.0},
+    {"mish", DType::F32, 9e37, true, 1.0},
+    {"mish", DType::F64, -1.7e308, true, 0.0},
     {"gelu_tanh", DType::F32, -kInf, false, 0.0},
     // Textbook forms written out get the stable forms (simplifier rules).
     {"log(cosh(x))", DType::F32, 100, true, 1.0},
