@@ -142,3 +142,28 @@ def test_cuda_tensors_are_checked(driver):
     cpu = hsnn.ActivationLayer(["relu", "tanh"], method="cpu_interp")
     with pytest.raises(ValueError, match="buffer 'z' on backend cuda:0 given to a layer that runs on cpu"):
         cpu.forward(FakeCudaTensor(driver, (2, 10)))
+
+
+def test_derivative_layers_and_losses_run_on_cuda_tensors(driver):
+    """f'' and f''' (and a loss's l'') compile for the cuda method and run on
+    device memory: what hsnn.torch's double backward runs on CUDA tensors."""
+    layer = hsnn.ActivationLayer(["tanh", ("sin(num)*alpha", {"alpha": 2.0})], layout="batch_major", method="cuda")
+    second = layer.derivative_layer(2)
+    assert second.method == "cuda" and second.derivation == ["d", "d"]
+    assert second.formula(1) == "-alpha*sin(num)"
+    tangent = layer.constant_tangent_layer()
+    assert tangent.method == "cuda" and tangent.params == [2.0, 0.0]
+    z, err = FakeCudaTensor(driver, (1000, 2)), FakeCudaTensor(driver, (1000, 2))
+    second.forward(z)  # builds the module: setup, not data
+    copies = driver.copies()
+    driver.clear()
+    a = second.forward(z)
+    d = second.backward(z, err)  # err * f'''
+    t = tangent.forward(z)
+    assert all(isinstance(x, FakeCudaTensor) and x.shape == (1000, 2) for x in (a, d, t))
+    assert driver.copies() == copies
+    launches = driver.launches()
+    assert launches.count("_forward") == 2 and launches.count("_backward") == 1, launches
+    loss = hsnn.Loss("huber", {"delta": 0.5}, method="cuda").derivative_loss(2)
+    yp, yt = FakeCudaTensor(driver, (1000,)), FakeCudaTensor(driver, (1000,))
+    assert loss.method == "cuda" and isinstance(loss.forward_elements(yp, yt), FakeCudaTensor)
