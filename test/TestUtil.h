@@ -2,6 +2,8 @@
 #pragma once
 
 #include "hsnn/Formula.h"
+#include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
 
 #include "Program/Interpreter.h"
 
@@ -31,6 +33,24 @@
   } while (0)
 
 namespace hsnn::test {
+
+/// The CPU engines this build has: the interpreter, and the JIT when built.
+inline std::vector<Method> cpuMethods() {
+  std::vector<Method> m = {Method::CpuInterp};
+  if (runtimeInfo().cpuJitEnabled)
+    m.push_back(Method::CpuJit);
+  return m;
+}
+
+/// n uniform doubles in [lo, hi), the same for a seed.
+inline std::vector<double> randoms(size_t n, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (double &x : v)
+    x = u(rng);
+  return v;
+}
 
 /// Bit for bit, NaN payloads aside.
 template <class T> bool sameBits(T a, T b) {

@@ -60,10 +60,7 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
 
 Expected<ActivationLayer> ActivationLayer::derivativeLayer(unsigned order) const {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
-  if (order > detail::kMaxDerivationSteps)
-    return Error(ErrorCode::InvalidArgument, fmt::format("derivative of order {}; at most {} are supported", order,
-                                                         detail::kMaxDerivationSteps));
-  auto state = state_->derived(std::vector<std::string>(order, "d"));
+  auto state = state_->derivative(order);
   if (!state)
     return state.takeError();
   return ActivationLayer(std::move(*state));

@@ -318,6 +318,13 @@ Expected<std::unique_ptr<LayerState>> LayerState::derived(std::span<const std::s
   return state;
 }
 
+Expected<std::unique_ptr<LayerState>> LayerState::derivative(unsigned order) const {
+  if (order > kMaxDerivationSteps) // before a vector of `order` steps is made
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("derivative of order {}; at most {} are supported", order, kMaxDerivationSteps));
+  return derived(std::vector<std::string>(order, "d"));
+}
+
 Error LayerState::setParams(std::span<const double> values) {
   const CompiledModel &m = model();
   if (values.size() != m.defaultParams.size())

@@ -93,6 +93,8 @@ struct LayerState {
   /// steps) after this one's, with this object's engine request, GPU and
   /// current constants (new tangent constants 0).
   Expected<std::unique_ptr<LayerState>> derived(std::span<const std::string> steps) const;
+  /// derived() with `order` steps "d": the order-th derivative in the variable.
+  Expected<std::unique_ptr<LayerState>> derivative(unsigned order) const;
 
   /// Checks and runs an activation kernel on host arrays.
   template <class T>

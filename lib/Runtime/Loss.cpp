@@ -190,10 +190,7 @@ std::string Loss::derivative() const {
 
 Expected<Loss> Loss::derivativeLoss(unsigned order) const {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
-  if (order > detail::kMaxDerivationSteps)
-    return Error(ErrorCode::InvalidArgument, fmt::format("derivative of order {}; at most {} are supported", order,
-                                                         detail::kMaxDerivationSteps));
-  auto state = state_->derived(std::vector<std::string>(order, "d"));
+  auto state = state_->derivative(order);
   if (!state)
     return state.takeError();
   return Loss(std::move(*state));

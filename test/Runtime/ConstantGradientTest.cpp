@@ -11,24 +11,11 @@
 #include <random>
 
 using namespace hsnn;
+using hsnn::test::cpuMethods;
+using hsnn::test::randoms;
 
 namespace {
 
-std::vector<Method> cpuMethods() {
-  std::vector<Method> m = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    m.push_back(Method::CpuJit);
-  return m;
-}
-
-std::vector<double> randoms(size_t n, uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = u(rng);
-  return v;
-}
 
 // sum(err * f(z; params)) as a function of params, through the forward kernel.
 double weighted(ActivationLayer &layer, const std::vector<double> &params, const std::vector<double> &z,

@@ -14,24 +14,11 @@
 #include <random>
 
 using namespace hsnn;
+using hsnn::test::cpuMethods;
+using hsnn::test::randoms;
 
 namespace {
 
-std::vector<Method> cpuMethods() {
-  std::vector<Method> m = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    m.push_back(Method::CpuJit);
-  return m;
-}
-
-std::vector<double> randoms(size_t n, uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(n);
-  for (double &x : v)
-    x = u(rng);
-  return v;
-}
 
 std::vector<double> forward(const ActivationLayer &layer, const std::vector<double> &z, size_t batch) {
   std::vector<double> a(z.size());
