@@ -44,7 +44,7 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
 
 Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
   std::vector<std::string> warnings;
-  auto model = detail::activationModel(nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict},
+  auto model = detail::activationModel(nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict, {}},
                                        warnings);
   for (const std::string &w : warnings)
     detail::warn(w);

@@ -171,10 +171,10 @@ TEST_CASE("a snapshot answers only the same nodes and options") {
 
 TEST_CASE("damaged snapshot bytes are refused or read back well-formed, never out of range") {
   std::vector<std::string> warnings;
-  auto model = detail::CompiledModel::activation(kMixed, {DType::F64, Layout::NodesMajor, false, false}, warnings);
+  auto model = detail::CompiledModel::activation(kMixed, {DType::F64, Layout::NodesMajor, false, false, {}}, warnings);
   REQUIRE(model);
   const std::vector<char> bytes = (*model)->snapshot(warnings);
-  const detail::ModelOptions options{DType::F64, Layout::NodesMajor, false, false};
+  const detail::ModelOptions options{DType::F64, Layout::NodesMajor, false, false, {}};
   std::vector<std::string> said;
   REQUIRE(detail::CompiledModel::fromSnapshot(bytes, options, kMixed.size(), said));
   CHECK(said == warnings);

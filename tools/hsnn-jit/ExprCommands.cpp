@@ -294,11 +294,12 @@ int runEval(std::span<const std::string_view> args) {
       return report(layer.error());
     info = layer->compileInfo();
     // The K-th derivative as the kernels run it: backward of the (K-1)-th layer.
-    if (o.order > 1)
-      if (auto below = layer->derivativeLayer(o.order - 1); below)
-        *layer = std::move(*below);
-      else
+    if (o.order > 1) {
+      auto below = layer->derivativeLayer(o.order - 1);
+      if (!below)
         return report(below.error());
+      *layer = std::move(*below);
+    }
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T z = T(*o.at), one = 1, out = 0;
@@ -314,11 +315,12 @@ int runEval(std::span<const std::string_view> args) {
     if (!loss)
       return report(loss.error());
     info = loss->compileInfo();
-    if (o.order > 1)
-      if (auto below = loss->derivativeLoss(o.order - 1); below)
-        *loss = std::move(*below);
-      else
+    if (o.order > 1) {
+      auto below = loss->derivativeLoss(o.order - 1);
+      if (!below)
         return report(below.error());
+      *loss = std::move(*below);
+    }
     auto runOne = [&](auto zero) -> Error {
       using T = decltype(zero);
       T yp = T(*o.at), yt = T(o.yTrue.value_or(0)), out = 0;
