@@ -49,14 +49,6 @@ std::string upperCase(const std::string &s) {
 }
 
 // The same model compile() builds; its warnings go through the warning handler.
-// The derivation of AotOptions::order: that many derivatives in the variable.
-Expected<std::vector<std::string>> derivationOf(unsigned order) {
-  if (order > detail::kMaxDerivationSteps)
-    return Error(ErrorCode::InvalidArgument,
-                 fmt::format("derivative of order {}; at most {} are supported", order, detail::kMaxDerivationSteps));
-  return std::vector<std::string>(order, "d");
-}
-
 Expected<std::shared_ptr<const detail::CompiledModel>> buildModel(const std::vector<NodeSpec> &nodes,
                                                                   detail::ModelOptions options) {
   options.strict = runtimeFlags().strict;
@@ -160,7 +152,7 @@ detail::AotCode layerCode(const std::string &name, const detail::CompiledModel &
 
 Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
                                       Layout layout, const AotOptions &options) {
-  auto derivation = derivationOf(options.order);
+  auto derivation = detail::derivativeSteps(options.order);
   if (!derivation)
     return derivation.takeError();
   auto front = frontEnd(name, "layer", [&] {
@@ -226,7 +218,7 @@ Expected<AotArtifact> compileLayerAot(const std::string &name, const std::vector
 Expected<AotArtifact> compileLossAot(const std::string &name, const std::string &formula,
                                      const std::map<std::string, double> &constants, DType dtype,
                                      const AotOptions &options) {
-  auto derivation = derivationOf(options.order);
+  auto derivation = detail::derivativeSteps(options.order);
   if (!derivation)
     return derivation.takeError();
   auto front = frontEnd(name, "loss", [&] {
@@ -303,7 +295,7 @@ Expected<std::string> compileLayerPtx(const std::string &name, const std::vector
                                       const std::string &arch, int optLevel, unsigned order) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("layer name '{}' is not a C identifier", name));
-  auto derivation = derivationOf(order);
+  auto derivation = detail::derivativeSteps(order);
   if (!derivation)
     return derivation.takeError();
   auto compiled = buildModel(nodes, {.dtype = dtype, .derivation = *derivation});
@@ -348,7 +340,7 @@ Expected<std::string> compileLossPtx(const std::string &name, const std::string 
                                      const std::string &arch, int optLevel, unsigned order) {
   if (!isCIdentifier(name))
     return Error(ErrorCode::InvalidArgument, fmt::format("loss name '{}' is not a C identifier", name));
-  auto derivation = derivationOf(order);
+  auto derivation = detail::derivativeSteps(order);
   if (!derivation)
     return derivation.takeError();
   auto compiled = buildModel(formula, constants, {.dtype = dtype, .derivation = *derivation});

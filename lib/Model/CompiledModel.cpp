@@ -204,6 +204,13 @@ void addWarnings(std::vector<Diagnostic> &unused, std::vector<std::string> &warn
 
 } // namespace
 
+Expected<std::vector<std::string>> derivativeSteps(unsigned order) {
+  if (order > kMaxDerivationSteps) // before a vector of `order` steps is made
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("derivative of order {}; at most {} are supported", order, kMaxDerivationSteps));
+  return std::vector<std::string>(order, "d");
+}
+
 void CompiledModel::planUnits() {
   auto addUnit = [&](uint32_t g, const double *values) {
     CodeUnit u;

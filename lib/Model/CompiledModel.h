@@ -29,6 +29,10 @@ namespace hsnn::detail {
 /// page), and no use we know of goes past the fourth.
 inline constexpr size_t kMaxDerivationSteps = 8;
 
+/// The derivation of the order-th derivative in the variable: `order` steps
+/// "d", or an error past kMaxDerivationSteps.
+Expected<std::vector<std::string>> derivativeSteps(unsigned order);
+
 struct ModelOptions {
   DType dtype = DType::F32;
   Layout layout = Layout::NodesMajor; ///< Activations only.
@@ -37,8 +41,9 @@ struct ModelOptions {
   /// Rules users may relax turn into errors (a constant given but unused).
   bool strict = false;
   /// A derived model: the steps applied, in order, to every formula after
-  /// its constants are bound (Derivation.h). Empty: the formulas as written.
-  std::vector<std::string> derivation;
+  /// its constants are bound ("d", "t", "c:NAME": derive() in
+  /// CompiledModel.cpp). Empty: the formulas as written.
+  std::vector<std::string> derivation{}; // {}: designated initializers may leave it out
 };
 
 /// One distinct formula after simplification, with a tape per kernel kind

@@ -44,8 +44,8 @@ Expected<ActivationLayer> ActivationLayer::compile(const std::vector<NodeSpec> &
 
 Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpec> &nodes, const LayerOptions &options) {
   std::vector<std::string> warnings;
-  auto model = detail::activationModel(nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict, {}},
-                                       warnings);
+  detail::ModelOptions modelOptions{options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict, {}};
+  auto model = detail::activationModel(nodes, modelOptions, warnings);
   for (const std::string &w : warnings)
     detail::warn(w);
   if (!model)
@@ -53,8 +53,7 @@ Expected<ActivationLayer> ActivationLayer::compileImpl(const std::vector<NodeSpe
   auto state = LayerState::create(std::move(*model), detail::EngineRequest::from(options), Reduction::Mean);
   if (!state)
     return state.takeError();
-  (*state)->source = std::make_shared<detail::ModelSource>(
-      detail::ModelSource{nodes, {options.dtype, options.layout, options.bakeConstants, runtimeFlags().strict, {}}});
+  (*state)->source = std::make_shared<detail::ModelSource>(detail::ModelSource{nodes, modelOptions});
   return ActivationLayer(std::move(*state));
 }
 

@@ -319,10 +319,10 @@ Expected<std::unique_ptr<LayerState>> LayerState::derived(std::span<const std::s
 }
 
 Expected<std::unique_ptr<LayerState>> LayerState::derivative(unsigned order) const {
-  if (order > kMaxDerivationSteps) // before a vector of `order` steps is made
-    return Error(ErrorCode::InvalidArgument,
-                 fmt::format("derivative of order {}; at most {} are supported", order, kMaxDerivationSteps));
-  return derived(std::vector<std::string>(order, "d"));
+  auto steps = derivativeSteps(order);
+  if (!steps)
+    return steps.takeError();
+  return derived(*steps);
 }
 
 Error LayerState::setParams(std::span<const double> values) {

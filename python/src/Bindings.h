@@ -12,6 +12,8 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 #include <string>
 
 namespace hsnn::python {
@@ -61,7 +63,21 @@ template <class T> T take(Expected<T> v) {
 }
 
 
+/// One of a few names, or a ValueError listing them.
+template <class E> E choose(const char *what, const std::string &s, std::initializer_list<std::pair<const char *, E>> names) {
+  std::string list;
+  for (const auto &[name, value] : names) {
+    if (s == name)
+      return value;
+    list += (list.empty() ? "'" : ", '") + std::string(name) + "'";
+  }
+  throw py::value_error(std::string(what) + " must be one of " + list + ", got '" + s + "'");
+}
+
 /// _core._Backend and _core._DeviceArray (Backends.cpp).
 void bindBackends(py::module_ &m);
+/// The module's functions: parse, diff, builtins, runtime information and
+/// flags, the kernel cache, the warning handler (Functions.cpp).
+void bindFunctions(py::module_ &m);
 
 } // namespace hsnn::python
