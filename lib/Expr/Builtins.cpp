@@ -6,6 +6,10 @@
 //===----------------------------------------------------------------------===//
 #include "Builtins.h"
 #include "StableForms.h"
+#include "Traversal.h"
+
+#include <unordered_map>
+#include <vector>
 
 namespace hsnn::detail {
 namespace {
@@ -33,6 +37,52 @@ Expr gated(ExprContext &c, Expr u, Expr body, double lo, double hi) {
 Expr xlogy(ExprContext &c, Expr x, Expr y, Expr logy) {
   Expr zeroWeight = c.make(Op::And, {c.make(Op::Eq, {x, n(c, 0)}), c.make(Op::Eq, {y, y})});
   return pw(c, n(c, 0), zeroWeight, c.mul(x, logy));
+}
+
+// e with each `from` leaf replaced by its `to`.
+Expr substitute(ExprContext &c, Expr e, std::initializer_list<std::pair<Expr, Expr>> map) {
+  std::unordered_map<Expr, Expr> memo(map.begin(), map.end());
+  return postOrder(memo, e, [&](Expr n) {
+    if (!n->numArgs())
+      return n;
+    std::vector<Expr> args;
+    for (Expr a : n->args())
+      args.push_back(memo.at(a));
+    return c.make(n->op(), args);
+  });
+}
+
+Expr bceValue(ExprContext &c, Expr p, Expr t, Expr eps) {
+  // log(p + eps) and log(1 - p + eps), each in the form that keeps p's
+  // digits on its side of 1/2: 1 - p and p - 1 are exact there, and
+  // log1p takes the small rest (1 - p + eps rounded 1 + eps first, so
+  // p = 7e-8 gave -0 and the gradient's denominator cancelled near 1).
+  // One log and one log1p per element, their arguments chosen by side.
+  Expr one = n(c, 1), low = c.make(Op::Lt, {p, n(c, 0.5)});
+  Expr logs = c.call(Op::Log, pw(c, c.add(p, eps), low, c.add(c.sub(one, p), eps)));
+  Expr log1ps = c.call(Op::Log1p, pw(c, c.sub(eps, p), low, c.add(c.sub(p, one), eps)));
+  Expr logP = pw(c, logs, low, log1ps), log1mP = pw(c, log1ps, low, logs);
+  Expr t1 = xlogy(c, t, c.add(p, eps), logP);
+  Expr t2 = xlogy(c, c.sub(one, t), c.add(p, eps), log1mP);
+  return c.neg(c.add(t1, t2));
+}
+
+// bce with its derivative in p written out: the rules give t/q - (1 - t)/r
+// (q = p + eps, r = 1 - p + eps), two quotients that cancel where p ~ t
+// (8e3 ulp measured); over one denominator the numerator's p - t is exact
+// there. Hard labels keep their one quotient (and 1 at p = t = eps = 0,
+// where the combined form is 0/0). The partials in t and eps are the rules',
+// taken on placeholder operands so they are partial even where the
+// operands share variables.
+Expr bce(ExprContext &c, A a) {
+  Expr p = c.param("bce#p"), t = c.param("bce#t"), eps = c.param("bce#eps");
+  Expr value = bceValue(c, p, t, eps), one = n(c, 1);
+  Expr q = c.add(p, eps), r = c.add(c.sub(one, p), eps);
+  Expr numerator = c.add(c.sub(p, t), c.mul(eps, c.sub(one, c.mul(n(c, 2), t))));
+  Expr dp = c.make(Op::Piecewise, {c.div(one, r), c.make(Op::Eq, {t, n(c, 0)}), c.neg(c.div(one, q)),
+                                   c.make(Op::Eq, {t, one}), c.div(numerator, c.mul(q, r))});
+  Expr node = c.make(Op::Partials, {value, p, dp, t, differentiate(c, value, t), eps, differentiate(c, value, eps)});
+  return substitute(c, node, {{p, a[0]}, {t, a[1]}, {eps, c.param("eps")}});
 }
 
 // A function-local static, not a global: layers may be compiled while other
@@ -109,20 +159,7 @@ std::span<const BuiltinDef> table() {
      },
      {0, true, "huber"}},
     {{"bce", FormulaMode::Loss, "-(xlogy(y_true, y_pred + eps) + xlogy(1 - y_true, 1 - y_pred + eps))", {{"eps", 1e-7}}},
-     [](ExprContext &c, A a) {
-       // log(p + eps) and log(1 - p + eps), each in the form that keeps p's
-       // digits on its side of 1/2: 1 - p and p - 1 are exact there, and
-       // log1p takes the small rest (1 - p + eps rounded 1 + eps first, so
-       // p = 7e-8 gave -0 and the gradient's denominator cancelled near 1).
-       // One log and one log1p per element, their arguments chosen by side.
-       Expr eps = c.param("eps"), p = a[0], one = n(c, 1), low = c.make(Op::Lt, {p, n(c, 0.5)});
-       Expr logs = c.call(Op::Log, pw(c, c.add(p, eps), low, c.add(c.sub(one, p), eps)));
-       Expr log1ps = c.call(Op::Log1p, pw(c, c.sub(eps, p), low, c.add(c.sub(p, one), eps)));
-       Expr logP = pw(c, logs, low, log1ps), log1mP = pw(c, log1ps, low, logs);
-       Expr t1 = xlogy(c, a[1], c.add(p, eps), logP);
-       Expr t2 = xlogy(c, c.sub(one, a[1]), c.add(p, eps), log1mP);
-       return c.neg(c.add(t1, t2));
-     },
+     bce,
      {0, false, "bce"}},
     {{"log_cosh", FormulaMode::Loss, "log(cosh(y_pred - y_true))", {}},
      [](ExprContext &c, A a) {

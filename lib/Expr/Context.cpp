@@ -282,7 +282,7 @@ Expr ExprContext::make(Op op, std::span<const Expr> args) {
   bool allConst = !args.empty();
   for (Expr a : args)
     allConst &= a->isNumber() || a->op() == Op::True || a->op() == Op::False;
-  if (allConst && op != Op::Piecewise && op != Op::Guarded) {
+  if (allConst && op != Op::Piecewise && op != Op::Guarded && op != Op::Partials) {
     double vals[2];
     for (size_t i = 0; i < args.size(); ++i)
       vals[i] = args[i]->isNumber() ? args[i]->number() : args[i]->op() == Op::True;

@@ -20,8 +20,11 @@ public:
   Differentiator(ExprContext &ctx, Expr wrt) : ctx_(ctx), wrt_(wrt) {}
 
   Expr run(Expr root) {
-    // Conditions keep their value: no walk below a truth-valued node.
-    return detail::postOrder(memo_, root, [&](Expr e) { return node(e); }, [](Expr e) { return !e->isBool(); });
+    // Conditions keep their value: no walk below a truth-valued node. A
+    // Partials node's value and partials are not differentiated, only its
+    // operands (node() walks those).
+    return detail::postOrder(memo_, root, [&](Expr e) { return node(e); },
+                             [](Expr e) { return !e->isBool() && e->op() != Op::Partials; });
   }
 
 private:
@@ -32,7 +35,14 @@ private:
       return nullptr;
     std::vector<Expr> dargs;
     bool any = false;
-    for (Expr a : e->args()) {
+    for (size_t i = 0; i < e->numArgs(); ++i) {
+      Expr a = e->arg(i);
+      if (e->op() == Op::Partials && i % 2 == 0) {
+        dargs.push_back(nullptr);
+        continue;
+      }
+      if (e->op() == Op::Partials)
+        run(a);
       dargs.push_back(a->isBool() ? nullptr : memo_.at(a));
       any |= dargs.back() != nullptr;
     }

@@ -118,6 +118,17 @@ template <> struct Rule<Op::Piecewise> {
   }
 };
 template <> struct Rule<Op::Guarded> : Rule<Op::Piecewise> {};
+// sum_i p_i * a_i'; the value's own operands are not differentiated (the
+// differentiator does not walk them, see Derivative.cpp).
+template <> struct Rule<Op::Partials> {
+  static constexpr int kind = -1;
+  static Expr diff(ExprContext &c, Expr e, std::span<const Expr> ds) {
+    Expr sum = nullptr;
+    for (size_t i = 1; i + 1 < e->numArgs(); i += 2)
+      sum = addD(c, sum, mulD(c, e->arg(i + 1), ds[i]));
+    return sum;
+  }
+};
 
 // Max/Min propagate NaN (fmax would drop it). At a tie the first operand's
 // derivative is taken; the builder puts numbers first, so relu = Max(0, x)
@@ -187,6 +198,9 @@ template <Op O, class T> void evalBlock(T *out, const T *const *args, unsigned n
     const T *a = args[0], *b = args[1];
     for (size_t i = 0; i < n; ++i)
       out[i] = R::template eval<T>(a[i], b[i]);
+  } else if constexpr (O == Op::Partials) {
+    for (size_t i = 0; i < n; ++i)
+      out[i] = args[0][i];
   } else if constexpr (R::kind == -1) {
     // Piecewise: the first true condition wins, so fill from the last branch back.
     const T *last = args[nargs - 1];
@@ -271,6 +285,8 @@ long double evalExtended(Expr e) {
     return std::exp(arg(0));
   case Op::Log:
     return std::log(arg(0));
+  case Op::Partials:
+    return arg(0);
   default: {
     // The rest through the op table in double.
     double vals[2] = {0, 0};

@@ -63,8 +63,14 @@ public:
   void print(Expr e, int minPrec = 0) {
     if (out.size() > kMaxPrintedLength)
       throw TooLong{};
-    while (e->op() == Op::Guarded && !opt_.guards)
-      e = e->args().back();
+    for (;;) {
+      if (e->op() == Op::Guarded && !opt_.guards)
+        e = e->args().back();
+      else if (e->op() == Op::Partials)
+        e = e->arg(0);
+      else
+        break;
+    }
     bool parens = precedence(e) < minPrec;
     if (parens)
       out += '(';

@@ -46,6 +46,9 @@ unsigned nanReaching(Expr root) {
     case Op::Pow:
       m = e->arg(1)->isNumber() && e->arg(1)->number() != 0 ? mask.at(e->arg(0)) : 0;
       break;
+    case Op::Partials:
+      m = mask.at(e->arg(0));
+      break;
     default:
       if (!e->isBool())
         for (Expr a : e->args())

@@ -8,6 +8,7 @@
 #include <bit>
 #include <fmt/format.h>
 #include <cassert>
+#include <functional>
 #include <unordered_map>
 
 namespace hsnn::detail {
@@ -23,7 +24,11 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
     in.numArgs = uint32_t(slots.size());
     p.args.insert(p.args.end(), slots);
   };
-  auto emit = [&](Expr e) {
+  auto descend = [&](Expr e) { return !folds(e) && e->op() != Op::Partials; };
+  std::function<uint32_t(Expr)> emit = [&](Expr e) -> uint32_t {
+    // A Partials node is its value; its partials are for the differentiator.
+    if (e->op() == Op::Partials)
+      return postOrder(slotOf, e->arg(0), emit, descend);
     Instr in;
     // Kernels run a Guarded as the Piecewise it is (Ops.def).
     in.op = e->op() == Op::Guarded ? Op::Piecewise : e->op();
@@ -92,7 +97,7 @@ Program Program::lower(std::span<const Expr> roots, std::span<const std::string>
     return uint32_t(p.code.size() - 1);
   };
   for (Expr root : roots)
-    p.outputs.push_back(postOrder(slotOf, root, emit, [&](Expr e) { return !folds(e); }));
+    p.outputs.push_back(postOrder(slotOf, root, emit, descend));
   return p;
 }
 

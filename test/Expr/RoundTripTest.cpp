@@ -7,8 +7,10 @@ using namespace hsnn::test;
 
 namespace {
 
+// Nodes that print as something else: a Guarded as its Piecewise, a
+// Partials (bce) as its value.
 bool hasGuards(Expr e) {
-  if (e->op() == Op::Guarded)
+  if (e->op() == Op::Guarded || e->op() == Op::Partials)
     return true;
   for (Expr a : e->args())
     if (hasGuards(a))

@@ -259,6 +259,51 @@ TEST_CASE("loss derivatives of order 2-3 and d/dc per element match central diff
   CHECK(*later->constant("delta") == 2.0);
 }
 
+TEST_CASE("bce's written-out partials: orders 1-2, shared operands and d/d(eps) match central differences") {
+  // bce carries its partials (Partials in Ops.def): the one in y_pred is
+  // hand-written, those in y_true and eps are the rules' on placeholder
+  // operands. Soft labels, y_pred away from 0 and 1, and an operand that is
+  // an expression (the chain rule through the partial).
+  const size_t count = 300;
+  std::vector<double> yp = randoms(count, 11, 0.05, 0.95), yt = randoms(count, 12, 0.05, 0.95);
+  const double h = 1e-6;
+  auto elements = [&](const char *text, double eps, unsigned order, const std::vector<double> &p,
+                      std::vector<double> &out) {
+    auto l = Loss::compile(text, {{"eps", eps}}, {.dtype = DType::F64, .reduction = Reduction::None});
+    REQUIRE_OK_EXPECTED(l);
+    auto d = order ? l->derivativeLoss(order) : std::move(l);
+    REQUIRE_OK_EXPECTED(d);
+    REQUIRE_OK(d->forwardElements(p, yt, out));
+  };
+  std::vector<double> up = yp, down = yp;
+  for (size_t i = 0; i < count; ++i)
+    up[i] += h, down[i] -= h;
+  for (const char *text : {"bce", "bce(y_pred*y_true + 0.02, y_true)"}) {
+    CAPTURE(text);
+    for (unsigned k = 1; k <= 2; ++k) {
+      CAPTURE(k);
+      std::vector<double> got(count), fu(count), fdn(count), fd(count);
+      elements(text, 1e-3, k, yp, got);
+      elements(text, 1e-3, k - 1, up, fu);
+      elements(text, 1e-3, k - 1, down, fdn);
+      for (size_t i = 0; i < count; ++i)
+        fd[i] = (fu[i] - fdn[i]) / (2 * h);
+      checkClose(got, fd, 1e-6, "bce^(k) vs the difference of bce^(k-1)");
+    }
+    auto loss = Loss::compile(text, {{"eps", 1e-3}}, {.dtype = DType::F64, .reduction = Reduction::None});
+    REQUIRE_OK_EXPECTED(loss);
+    auto byEps = loss->constantDerivativeLoss("eps");
+    REQUIRE_OK_EXPECTED(byEps);
+    std::vector<double> got(count), lu(count), ld(count), fd(count);
+    REQUIRE_OK(byEps->forwardElements(yp, yt, got));
+    elements(text, 1e-3 + h, 0, yp, lu);
+    elements(text, 1e-3 - h, 0, yp, ld);
+    for (size_t i = 0; i < count; ++i)
+      fd[i] = (lu[i] - ld[i]) / (2 * h);
+    checkClose(got, fd, 1e-6, "dl/d(eps) per element");
+  }
+}
+
 TEST_CASE("higher derivatives: the errors") {
   auto layer = ActivationLayer::compile({{"tanh", {}}}, {.method = Method::CpuInterp});
   REQUIRE_OK_EXPECTED(layer);
