@@ -86,6 +86,7 @@ public:
     self->features_ = feats;
 
     self->emit_.hasFMA = has("fma");
+    self->emit_.sumParts = true; // blocks' sums added by launchLoss
     self->emit_.cpu = t.cpu;
     self->emit_.vectorBits = t.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
     // libmvec supplies the vector math; without it math runs lane by lane.

@@ -44,7 +44,9 @@ public:
     // A loss's constant gradients are doubles, and so is their scale: a
     // mean's 1/n rounded to f32 would cost its digits.
     Type *scaleTy = r.kind == KernelKind::LossConstantGradient ? Type::getDoubleTy(ctx_) : et;
-    FunctionType *fty = loss ? FunctionType::get(Type::getDoubleTy(ctx_), {ptr, ptr, ptr, ptr, i64, scaleTy}, false)
+    Type *d = Type::getDoubleTy(ctx_);
+    Type *sumTy = opt_.sumParts && r.kind != KernelKind::LossConstantGradient ? StructType::get(ctx_, {d, d}) : d;
+    FunctionType *fty = loss ? FunctionType::get(sumTy, {ptr, ptr, ptr, ptr, i64, scaleTy}, false)
                              : FunctionType::get(Type::getVoidTy(ctx_), argTypes, false);
     if (m_.getFunction(r.symbol))
       return make_error<StringError>("duplicate kernel symbol " + r.symbol, inconvertibleErrorCode());
@@ -230,7 +232,11 @@ public:
         b.CreateStore(scale ? b.CreateFMul(v, scale) : v, b.CreateConstInBoundsGEP1_64(b.getDoubleTy(), fn->getArg(2), j));
       }
     }
-    if (loss)
+    if (loss && sumTy != d) {
+      auto [sum, residual] = !reduces && !sums.empty() ? sums.front().parts() : std::pair<Value *, Value *>{zero, zero};
+      Value *pair = b.CreateInsertValue(PoisonValue::get(sumTy), sum, 0);
+      b.CreateRet(b.CreateInsertValue(pair, residual, 1));
+    } else if (loss)
       b.CreateRet(!reduces && !sums.empty() ? sums.front().total() : zero);
     else
       b.CreateRetVoid();
@@ -285,10 +291,10 @@ private:
       cExit_ = c_ ? merged(cNext_) : nullptr;
     }
 
-    // The lanes added in lane order (compensated too, when this sum is).
-    Value *total() {
-      Type *d = b_.getDoubleTy();
-      Value *zero = ConstantFP::get(d, 0.0);
+    // The lanes added in lane order (compensated too, when this sum is):
+    // the running sum and its residual, not yet added.
+    std::pair<Value *, Value *> parts() {
+      Value *zero = ConstantFP::get(b_.getDoubleTy(), 0.0);
       Value *s = sExit_, *c = cExit_;
       Value *total = zero, *comp = zero;
       for (unsigned l = 0; l < vt_->getNumElements(); ++l) {
@@ -297,10 +303,16 @@ private:
           comp = b_.CreateFAdd(b_.CreateFAdd(comp, neumaierError(total, x, t)), b_.CreateExtractElement(c, l));
         total = t;
       }
-      if (!c)
+      return {total, comp};
+    }
+
+    Value *total() {
+      auto [total, comp] = parts();
+      if (!cExit_)
         return total;
       // An infinite or NaN sum is already right; its compensation is NaN.
-      Value *finite = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(Intrinsic::fabs, total), ConstantFP::getInfinity(d));
+      Value *finite = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(Intrinsic::fabs, total),
+                                       ConstantFP::getInfinity(b_.getDoubleTy()));
       return b_.CreateSelect(finite, b_.CreateFAdd(total, comp), total);
     }
 

@@ -42,6 +42,9 @@ struct EmitOptions {
   bool fastMath = false;
   /// NVPTX: math through libdevice (__nv_*).
   bool gpu = false;
+  /// Loss kernels return their sum as {sum, residual} (SumParts, KernelSpec.h)
+  /// for the host JIT to add across blocks; otherwise (AOT) as one double.
+  bool sumParts = false;
 };
 
 /// Adds one function per request to `module` (whose data layout and triple

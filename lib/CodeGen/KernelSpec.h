@@ -8,6 +8,7 @@
 #pragma once
 
 #include "Program/KernelKind.h"
+#include "Program/Launch.h"
 #include "Program/Program.h"
 
 #include "hsnn/Layer.h"
@@ -34,12 +35,13 @@ using MultiActivationFn = void (*)(const T *z, const T *err, T *out0, T *out1, c
                                    int64_t unit);
 
 /// Over n contiguous elements, returning the sum of the losses in double
-/// (the summing kinds; 0 otherwise):
+/// (the summing kinds; 0 otherwise) as its unadded parts (host JIT kernels:
+/// EmitOptions::sumParts; ahead-of-time ones return their sum, a double):
 ///   LossElements: out[i] = l(yp[i], yt[i])
 ///   LossGradient: out[i] = scale * g(yp[i], yt[i])
 ///   LossFused:    out[i] = scale * g(yp[i], yt[i])
 template <class T>
-using LossFn = double (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
+using LossFn = SumParts (*)(const T *yPred, const T *yTrue, T *out, const double *params, int64_t n, T scale);
 
 /// A batch-major row kernel (RowPlan.h) over `rows` rows of a segment of
 /// periods of P nodes: element (r, q, s) is at [r*ld + q*P + s], node (q, s)

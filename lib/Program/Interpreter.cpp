@@ -91,7 +91,7 @@ void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z
 template <class T>
 double interpretLoss(const Program &p, KernelKind kind, const double *params, const T *yPred, const T *yTrue, T *out,
                      T scale, size_t n) {
-  return launchLoss(n, kBlock, [&](size_t i0, size_t len) -> double {
+  return launchLoss(n, kBlock, [&](size_t i0, size_t len) -> SumParts {
     const T *vars[3] = {nullptr, yPred + i0, yTrue + i0};
     T buf[2][kBlock];
     T *outs[2] = {buf[0], buf[1]};
@@ -100,21 +100,16 @@ double interpretLoss(const Program &p, KernelKind kind, const double *params, co
     runBlock<T>(p, vars, params, outs, len);
     // Compensated (Neumaier) like the compiled kernels, so f64 sums stay
     // within a few ulp of the exact sum whatever their length.
-    double sum = 0, comp = 0;
+    CompensatedSum sum;
     if (kind == KernelKind::LossSum || kind == KernelKind::LossFused)
-      for (size_t i = 0; i < len; ++i) {
-        double x = double(buf[0][i]), t = sum + x;
-        comp += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-        sum = t;
-      }
-    if (std::isfinite(sum))
-      sum += comp;
+      for (size_t i = 0; i < len; ++i)
+        sum.add(double(buf[0][i]));
     if (kind == KernelKind::LossGradient || kind == KernelKind::LossFused) {
       const T *g = kind == KernelKind::LossFused ? buf[1] : buf[0];
       for (size_t i = 0; i < len; ++i)
         out[i0 + i] = g[i] * scale;
     }
-    return sum;
+    return sum.parts();
   });
 }
 
