@@ -91,6 +91,7 @@ private:
   llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
                                       const std::vector<llvm::Value *> &slot, llvm::Value *const vars[3], llvm::Type *t);
   llvm::Value *callMath(llvm::IRBuilder<> &b, std::string_view base, llvm::ArrayRef<llvm::Value *> args, llvm::Type *t);
+  llvm::Value *inDouble(llvm::IRBuilder<> &b, llvm::Value *x, std::string_view base, llvm::Type *t);
   llvm::Value *callScalar(llvm::IRBuilder<> &b, const std::string &name, llvm::ArrayRef<llvm::Value *> args,
                           llvm::Type *t);
 
