@@ -61,6 +61,30 @@ public:
   virtual std::string backend() const = 0;
   /// Waits until everything queued on the stream has finished.
   virtual Error synchronize() = 0;
+  /// The native handle: a CUstream (0 is CUDA's legacy default stream).
+  virtual std::uintptr_t handle() const = 0;
+};
+
+/// While alive, this thread's layer and loss calls on device buffers are
+/// queued on `stream` and return without waiting for their kernels, as
+/// PyTorch's and CuPy's operations do on their current stream (a loss's
+/// value waits for this stream only). Without a scope a call runs on the
+/// legacy default stream and waits for the device. The stream must be on
+/// the layer's device (an error names both otherwise); calls on host arrays
+/// are not affected. Scopes nest; the innermost wins.
+class StreamScope {
+public:
+  explicit StreamScope(std::shared_ptr<Stream> stream);
+  ~StreamScope();
+  StreamScope(const StreamScope &) = delete;
+  StreamScope &operator=(const StreamScope &) = delete;
+
+  /// This thread's innermost scope's stream; null outside every scope.
+  static Stream *current();
+
+private:
+  std::shared_ptr<Stream> stream_;
+  StreamScope *outer_;
 };
 
 class Backend {
@@ -90,6 +114,11 @@ public:
 
   /// A new stream; an error on backends without streams (the CPU).
   virtual Expected<std::shared_ptr<Stream>> createStream();
+  /// A stream another library made, by its native handle (a CUstream, e.g.
+  /// PyTorch's torch.cuda.current_stream().cuda_stream; 0 for the legacy
+  /// default stream): used, never destroyed. An error on backends without
+  /// streams.
+  virtual Expected<std::shared_ptr<Stream>> borrowStream(std::uintptr_t handle);
   /// Queue a copy on `stream` and return (supportsFeature("async")); the
   /// host memory must stay untouched until stream.synchronize(). From memory
   /// that is not page-locked the driver may copy before returning. Backends

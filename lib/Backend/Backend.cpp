@@ -116,6 +116,20 @@ Expected<std::shared_ptr<Stream>> Backend::createStream() {
   return Error(ErrorCode::Unsupported, fmt::format("backend {} has no streams", name()));
 }
 
+Expected<std::shared_ptr<Stream>> Backend::borrowStream(std::uintptr_t) { return createStream(); }
+
+namespace {
+thread_local StreamScope *innermostScope = nullptr;
+}
+
+StreamScope::StreamScope(std::shared_ptr<Stream> stream) : stream_(std::move(stream)), outer_(innermostScope) {
+  innermostScope = this;
+}
+
+StreamScope::~StreamScope() { innermostScope = outer_; }
+
+Stream *StreamScope::current() { return innermostScope ? innermostScope->stream_.get() : nullptr; }
+
 Error Backend::toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &) {
   return toDevice(dst, host, bytes, offset);
 }

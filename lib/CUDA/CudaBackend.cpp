@@ -18,12 +18,14 @@ constexpr unsigned kStreamNonBlocking = 1;
 
 class CudaStream final : public Stream {
 public:
-  CudaStream(const CudaDriver &d, std::string backend, CUcontext ctx, CUstream s)
-      : d_(d), backend_(std::move(backend)), ctx_(ctx), stream_(s) {}
+  /// `owned`: made by createStream (destroyed with this); else borrowed.
+  CudaStream(const CudaDriver &d, std::string backend, CUcontext ctx, CUstream s, bool owned)
+      : d_(d), backend_(std::move(backend)), ctx_(ctx), stream_(s), owned_(owned) {}
   ~CudaStream() override {
-    if (!d_.cuCtxSetCurrent(ctx_))
+    if (owned_ && !d_.cuCtxSetCurrent(ctx_))
       d_.cuStreamDestroy(stream_);
   }
+  std::uintptr_t handle() const override { return reinterpret_cast<std::uintptr_t>(stream_); }
   std::string backend() const override { return backend_; }
   Error synchronize() override {
     if (CUresult r = d_.cuCtxSetCurrent(ctx_))
@@ -39,6 +41,7 @@ private:
   std::string backend_;
   CUcontext ctx_;
   CUstream stream_;
+  bool owned_;
 };
 
 class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
@@ -121,7 +124,12 @@ public:
     CUstream s = nullptr;
     if (CUresult r = d_.cuStreamCreate(&s, kStreamNonBlocking))
       return fail("cuStreamCreate", r);
-    return std::shared_ptr<Stream>(std::make_shared<CudaStream>(d_, name(), ctx_, s));
+    return std::shared_ptr<Stream>(std::make_shared<CudaStream>(d_, name(), ctx_, s, true));
+  }
+
+  Expected<std::shared_ptr<Stream>> borrowStream(std::uintptr_t handle) override {
+    return std::shared_ptr<Stream>(
+        std::make_shared<CudaStream>(d_, name(), ctx_, reinterpret_cast<CUstream>(handle), false));
   }
 
   Error toDeviceAsync(const DeviceBuffer &dst, const void *host, size_t bytes, size_t offset, Stream &stream) override {

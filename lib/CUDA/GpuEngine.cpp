@@ -172,7 +172,7 @@ public:
 
   /// Device pointers (0 when unused).
   Error run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1, size_t batch,
-            CUdeviceptr params) const;
+            CUdeviceptr params, Queue queue = {}) const;
   /// Host pointers: copied to the device and back (slower).
   Error runHost(KernelKind kind, const void *z, const void *err, void *out0, void *out1, size_t batch,
                 CUdeviceptr params) const;
@@ -244,9 +244,9 @@ public:
   /// Returns the sum of the losses for the summing kinds (deterministic:
   /// see KernelSpec.h). Device pointers; out may be 0 for LossSum.
   Expected<double> run(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
-                       CUdeviceptr params) const {
+                       CUdeviceptr params, Queue queue) const {
     std::lock_guard lock(scratchMutex_);
-    return runLocked(kind, yp, yt, out, scale, n, params);
+    return runLocked(kind, yp, yt, out, scale, n, params, queue);
   }
   /// The same on host arrays (copied to the device and back).
   Expected<double> runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
@@ -258,7 +258,7 @@ public:
 
 private:
   Expected<double> runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
-                             CUdeviceptr params) const;
+                             CUdeviceptr params, Queue queue = {}) const;
   size_t sumKernel_ = kLossKinds.size();
   // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
   // one loss take turns.
@@ -342,7 +342,7 @@ Error GpuCode::build(int device, CompileInfo *info) {
 }
 
 Error GpuActivation::run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdeviceptr out0, CUdeviceptr out1,
-                         size_t batch, CUdeviceptr prm) const {
+                         size_t batch, CUdeviceptr prm, Queue queue) const {
   uint64_t nodes = nodes_;
   if (!batch || !nodes)
     return Error::success();
@@ -357,16 +357,16 @@ Error GpuActivation::run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdevi
       uint64_t chunk = std::min<uint64_t>(kMaxGridY, nodes - f);
       uint64_t gx = std::clamp<uint64_t>((full + chunk - 1) / chunk, 1, (batch + block - 1) / block);
       first = int64_t(f);
-      if (Error e = module_->launch(k, args, unsigned(std::min(gx, kMaxGridX)), unsigned(chunk), unsigned(block)))
+      if (Error e = module_->launch(k, args, unsigned(std::min(gx, kMaxGridX)), unsigned(chunk), unsigned(block), queue))
         return e;
     }
   } else {
     uint64_t total = uint64_t(batch) * nodes;
     uint64_t gx = std::clamp<uint64_t>((total + block - 1) / block, 1, full);
-    if (Error e = module_->launch(k, args, unsigned(gx), 1, unsigned(block)))
+    if (Error e = module_->launch(k, args, unsigned(gx), 1, unsigned(block), queue))
       return e;
   }
-  return module_->synchronize();
+  return module_->finish(queue);
 }
 
 Error GpuActivation::runHost(KernelKind kind, const void *z, const void *err, void *out0, void *out1, size_t batch,
@@ -403,7 +403,7 @@ Error GpuActivation::runHost(KernelKind kind, const void *z, const void *err, vo
 }
 
 Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale,
-                                    size_t n, CUdeviceptr prm) const {
+                                    size_t n, CUdeviceptr prm, Queue queue) const {
   if (n == 0)
     return 0.0;
   size_t k = groupIndex(kind);
@@ -417,19 +417,19 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
   int64_t count = int64_t(n);
   float scale32 = float(scale);
   void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
-  if (Error e = module_->launch(k, args, unsigned(grid), 1, unsigned(block)))
+  if (Error e = module_->launch(k, args, unsigned(grid), 1, unsigned(block), queue))
     return e;
   if (!kindInfo(kind).summing) {
-    if (Error e = module_->synchronize())
+    if (Error e = module_->finish(queue))
       return e;
     return 0.0;
   }
   void *sumArgs[] = {&partials, &warps, &total};
-  if (Error e = module_->launch(sumKernel_, sumArgs, 1, 1, kWarp))
+  if (Error e = module_->launch(sumKernel_, sumArgs, 1, 1, kWarp, queue))
     return e;
   double result = 0;
-  // A synchronous copy on the default stream: it waits for both kernels.
-  if (Error e = copyToHost(device(), &result, total, sizeof result))
+  // After both kernels on their stream (the value is the host's).
+  if (Error e = module_->toHost(&result, total, sizeof result, queue))
     return e;
   return result;
 }
@@ -483,7 +483,7 @@ Error constantGradientScratch(DeviceScratch &scratch, int dev, const void *a, co
 Error sumSegments(const GpuModule &module, size_t sumKernel, int dev, CUdeviceptr d[4], int64_t warps,
                   size_t segments, double *out) {
   void *sumArgs[] = {&d[2], &warps, &d[3]};
-  if (Error e = module.launch(sumKernel, sumArgs, unsigned(segments), 1, kWarp))
+  if (Error e = module.launch(sumKernel, sumArgs, unsigned(segments), 1, kWarp, {}))
     return e;
   return copyToHost(dev, out, d[3], segments * sizeof(double));
 }
@@ -516,7 +516,7 @@ Error GpuActivation::runConstantGradient(const CompiledModel &model, const void 
   void *args[] = {&d[0], &d[1], &d[2], &prm, &units, &offs, &b64, &n64, &first};
   for (uint64_t f = 0; f < nodes; f += kMaxGridY) {
     first = int64_t(f);
-    if (Error e = module_->launch(0, args, unsigned(gx), unsigned(std::min<uint64_t>(kMaxGridY, nodes - f)), unsigned(block)))
+    if (Error e = module_->launch(0, args, unsigned(gx), unsigned(std::min<uint64_t>(kMaxGridY, nodes - f)), unsigned(block), {}))
       return e;
   }
   std::vector<double> sums(segments);
@@ -545,7 +545,7 @@ Error GpuLoss::runConstantGradient(const void *yp, const void *yt, double *grads
     return e;
   int64_t count = int64_t(n);
   void *args[] = {&d[0], &d[1], &d[2], &prm, &count};
-  if (Error e = module_->launch(0, args, unsigned(grid), 1, unsigned(block)))
+  if (Error e = module_->launch(0, args, unsigned(grid), 1, unsigned(block), {}))
     return e;
   if (Error e = sumSegments(*module_, sumKernel_, dev, d, warps, constants, grads))
     return e;
@@ -615,7 +615,10 @@ public:
     }
     if (!a.onDevice)
       return code->runHost(kind, a.z, a.err, a.out0, a.out1, a.batch, prm);
-    return code->run(kind, ptr(a.z), ptr(a.err), ptr(a.out0), ptr(a.out1), a.batch, prm);
+    auto queue = currentQueue(device_);
+    if (!queue)
+      return queue.takeError();
+    return code->run(kind, ptr(a.z), ptr(a.err), ptr(a.out0), ptr(a.out1), a.batch, prm, *queue);
   }
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
@@ -633,7 +636,10 @@ public:
     }
     if (!a.onDevice)
       return loss_->runHost(kind, a.yPred, a.yTrue, a.out, a.scale, a.n, prm);
-    return loss_->run(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm);
+    auto queue = currentQueue(device_);
+    if (!queue)
+      return queue.takeError();
+    return loss_->run(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm, *queue);
   }
 
   Expected<std::shared_ptr<const Engine>> moveTo(int device, CompileInfo *info) const override {

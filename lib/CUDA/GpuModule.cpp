@@ -1,6 +1,8 @@
 //===- lib/CUDA/GpuModule.cpp - Code loaded on a device, and launches -----===//
 #include "GpuModule.h"
 
+#include "hsnn/Backend.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -167,22 +169,52 @@ GpuModule::~GpuModule() {
     (*d)->cuModuleUnload(module_);
 }
 
-Error GpuModule::launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block) const {
+Error GpuModule::launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block, Queue queue) const {
   auto d = driverAt(device_);
   if (!d)
     return d.error();
-  if (CUresult r = (*d)->cuLaunchKernel(functions_[kernel], gridX, gridY, 1, block, 1, 1, 0, nullptr, args, nullptr))
+  if (CUresult r = (*d)->cuLaunchKernel(functions_[kernel], gridX, gridY, 1, block, 1, 1, 0, queue.value_or(nullptr),
+                                        args, nullptr))
     return failed(**d, "cuLaunchKernel", device_, r);
   return Error::success();
 }
 
-Error GpuModule::synchronize() const {
+Error GpuModule::finish(Queue queue) const {
+  if (queue)
+    return Error::success();
   auto d = driverAt(device_);
   if (!d)
     return d.error();
   if (CUresult r = (*d)->cuCtxSynchronize())
     return failed(**d, "cuCtxSynchronize", device_, r);
   return Error::success();
+}
+
+Error GpuModule::toHost(void *dst, CUdeviceptr src, size_t bytes, Queue queue) const {
+  auto d = driverAt(device_);
+  if (!d)
+    return d.error();
+  if (!queue) { // synchronous on the legacy default stream: after everything before it
+    if (CUresult r = (*d)->cuMemcpyDtoH(dst, src, bytes))
+      return failed(**d, "cuMemcpyDtoH", device_, r);
+    return Error::success();
+  }
+  if (CUresult r = (*d)->cuMemcpyDtoHAsync(dst, src, bytes, *queue))
+    return failed(**d, "cuMemcpyDtoHAsync", device_, r);
+  if (CUresult r = (*d)->cuStreamSynchronize(*queue))
+    return failed(**d, "cuStreamSynchronize", device_, r);
+  return Error::success();
+}
+
+Expected<Queue> currentQueue(int device) {
+  Stream *s = StreamScope::current();
+  if (!s)
+    return Queue();
+  std::string ours = fmt::format("cuda:{}", device);
+  if (s->backend() != ours)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("the current stream belongs to {}; this layer runs on {}", s->backend(), ours));
+  return Queue(reinterpret_cast<CUstream>(s->handle()));
 }
 
 } // namespace hsnn::detail

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <optional>
 #include <vector>
 
 namespace hsnn::detail {
@@ -18,6 +19,15 @@ namespace hsnn::detail {
 /// Makes device `device`'s primary context current on this thread (driver
 /// state is per thread) and returns the driver.
 Expected<const CudaDriver *> driverAt(int device);
+
+/// Where a call's kernels go: the stream of the caller's StreamScope
+/// (hsnn/Backend.h), or none (the legacy default stream, and the call waits
+/// for the device before it returns).
+using Queue = std::optional<CUstream>;
+
+/// This thread's StreamScope's stream for a call on `device`; an error when
+/// the stream is another device's.
+Expected<Queue> currentQueue(int device);
 
 /// Device memory owned by RAII (freed in the device's context).
 class DeviceMemory {
@@ -84,9 +94,13 @@ public:
   /// Blocks that fill the device at that block size.
   unsigned fullGrid(size_t kernel) const { return fullGrid_[kernel]; }
   /// Launches kernel `kernel` (index into the list given to load) with the
-  /// argument pointers in cuLaunchKernel's layout, on the default stream.
-  Error launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block) const;
-  Error synchronize() const;
+  /// argument pointers in cuLaunchKernel's layout, on `queue`.
+  Error launch(size_t kernel, void **args, unsigned gridX, unsigned gridY, unsigned block, Queue queue) const;
+  /// The end of a call: waits for the device when unscoped; a scoped call
+  /// returns with its kernels queued.
+  Error finish(Queue queue) const;
+  /// Copies device memory to the host after the work queued before it.
+  Error toHost(void *dst, CUdeviceptr src, size_t bytes, Queue queue) const;
 
 private:
   int device_ = 0;

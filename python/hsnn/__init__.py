@@ -62,17 +62,28 @@ def _on_cuda(x):
     return dev is not None and not isinstance(x, np.ndarray) and int(dev()[0]) == _DL_CUDA
 
 
-def _capsule(x):
-    """x's DLPack capsule, ready for work on CUDA's legacy default stream
-    (DLPack's stream 1), which hsnn's launches use."""
+def _capsule(x, stream):
+    """x's DLPack capsule, ready for work on `stream` (a CUstream handle; None
+    or 0: CUDA's legacy default stream, DLPack's stream 1)."""
     if getattr(x, "requires_grad", False):
         x = x.detach()
     if not _on_cuda(x):
         return x.__dlpack__()  # refused with the argument's name by the engine
     try:
-        return x.__dlpack__(stream=1)
+        return x.__dlpack__(stream=stream or 1)
     except TypeError:  # a producer without the stream argument
         return x.__dlpack__()
+
+
+def _stream_for(x, stream):
+    """The CUstream a call on CUDA array x runs on: `stream` if given, else a
+    PyTorch tensor's current stream (queued there like PyTorch's own
+    operations); None for other producers: the legacy default stream, and the
+    call waits for the device."""
+    if stream is not None or type(x).__module__.split(".")[0] != "torch":
+        return stream
+    import torch
+    return torch.cuda.current_stream(x.device).cuda_stream
 
 
 def _empty_like(x, name):
@@ -85,23 +96,25 @@ def _empty_like(x, name):
 def _layer_on_device(kind):
     """A layer method over CUDA DLPack tensors: the cuda method's kernels run
     on their memory, outputs are new tensors of the same kind (or out=)."""
-    def run(self, z, *rest, out=None):
+    def run(self, z, *rest, out=None, stream=None):
+        stream = _stream_for(z, stream)
         if kind == 2:
             a, d = _empty_like(z, "a"), _empty_like(z, "dfdz")
-            self._run_device(2, [_capsule(z), _capsule(a), _capsule(d)])
+            self._run_device(2, [_capsule(x, stream) for x in (z, a, d)], stream)
             return a, d
         result = out if out is not None else _empty_like(z, "out")
-        self._run_device(kind, [_capsule(z)] + [_capsule(r) for r in rest] + [_capsule(result)])
+        self._run_device(kind, [_capsule(x, stream) for x in (z, *rest, result)], stream)
         return result
     return run
 
 
 def _loss_on_device(kind):
-    def run(self, y_pred, y_true):
+    def run(self, y_pred, y_true, stream=None):
+        stream = _stream_for(y_pred, stream)
         if kind == 0:
-            return self._run_device(0, [_capsule(y_pred), _capsule(y_true)])
+            return self._run_device(0, [_capsule(y_pred, stream), _capsule(y_true, stream)], stream)
         out = _empty_like(y_pred, "out")
-        value = self._run_device(kind, [_capsule(y_pred), _capsule(y_true), _capsule(out)])
+        value = self._run_device(kind, [_capsule(x, stream) for x in (y_pred, y_true, out)], stream)
         return (value, out) if kind == 3 else out
     return run
 
@@ -113,6 +126,8 @@ def _wrap(method, names, on_device=None):
     def call(self, *args, **kwargs):
         if on_device and any(_on_cuda(a) for a in list(args) + list(kwargs.values())):
             return on_device(self, *args, **kwargs)
+        if kwargs.pop("stream", None) is not None:
+            raise ValueError("stream= is for CUDA arrays; these are in host memory")
         back = None
         out = kwargs.get("out", args[len(names)] if len(args) > len(names) else None)
         args = list(args)

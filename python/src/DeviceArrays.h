@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,23 @@ inline DeviceArray deviceArray(const pybind11::capsule &capsule, const std::stri
   a.buffer = DeviceBuffer(std::shared_ptr<void>(data, [](void *) {}), size_t(count), dtype,
                           "cuda:" + std::to_string(t.device.device_id));
   return a;
+}
+
+/// The scope that queues a device call on the caller's stream (`stream`: a
+/// CUstream handle as an int, e.g. torch.cuda.current_stream().cuda_stream;
+/// None: no scope, the legacy default stream, waited for). Made on the
+/// thread that runs the call.
+inline std::unique_ptr<StreamScope> streamScope(const pybind11::object &stream, const DeviceBuffer &on) {
+  if (stream.is_none())
+    return nullptr;
+  auto handle = stream.cast<std::uintptr_t>();
+  auto backend = getBackend(on.backend());
+  if (!backend)
+    throw pybind11::value_error(backend.error().message());
+  auto s = (*backend)->borrowStream(handle);
+  if (!s)
+    throw pybind11::value_error(s.error().message());
+  return std::make_unique<StreamScope>(std::move(*s));
 }
 
 } // namespace hsnn::python

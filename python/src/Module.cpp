@@ -293,7 +293,7 @@ struct PyLayer : Held<ActivationLayer, LayerArgs, kLayerName> {
   }
   // CUDA arrays (DLPack capsules): kind 0 forward (z, a), 1 backward (z,
   // err, delta), 2 fused (z, a, dfdz); outputs are the caller's.
-  void runDevice(int kind, const py::list &capsules) const {
+  void runDevice(int kind, const py::list &capsules, const py::object &stream) const {
     static const char *names[3][3] = {{"z", "out", ""}, {"z", "err", "out"}, {"z", "a", "dfdz"}};
     size_t count = kind == 0 ? 2 : 3;
     if (capsules.size() != count)
@@ -312,6 +312,7 @@ struct PyLayer : Held<ActivationLayer, LayerArgs, kLayerName> {
       if (arrays[i].shape != shape)
         throw py::value_error(std::string("'") + names[kind][i] + "' must have the shape of 'z'");
     size_t batch = size_t(shape[nm ? 1 : 0]);
+    auto scope = python::streamScope(stream, arrays[0].buffer);
     Error e;
     {
       py::gil_scoped_release unlocked;
@@ -377,7 +378,7 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
   }
   // CUDA arrays (DLPack capsules): kind 0 forward (y_pred, y_true), 1
   // elements, 2 gradient, 3 fused (the third array is the caller's output).
-  double runDevice(int kind, const py::list &capsules) const {
+  double runDevice(int kind, const py::list &capsules, const py::object &stream) const {
     static const char *names[3] = {"y_pred", "y_true", "out"};
     size_t count = kind == 0 ? 2 : 3;
     if (capsules.size() != count)
@@ -388,6 +389,7 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
     for (size_t i = 1; i < count; ++i)
       if (a[i].shape != a[0].shape)
         throw py::value_error(std::string("'") + names[i] + "' must have the shape of 'y_pred'");
+    auto scope = python::streamScope(stream, a[0].buffer);
     Expected<double> r = 0.0;
     {
       py::gil_scoped_release unlocked;
@@ -458,8 +460,9 @@ PYBIND11_MODULE(_core, m) {
       .def("backward", &PyLayer::backward, py::arg("z"), py::arg("err"), py::arg("out") = py::none(),
            "delta = err * f'(z)")
       .def("fused", &PyLayer::fused, py::arg("z"), "(f(z), f'(z)) in one pass")
-      .def("_run_device", &PyLayer::runDevice, py::arg("kind"), py::arg("capsules"),
-           "CUDA DLPack capsules: 0 forward (z, a), 1 backward (z, err, delta), 2 fused (z, a, dfdz)")
+      .def("_run_device", &PyLayer::runDevice, py::arg("kind"), py::arg("capsules"), py::arg("stream") = py::none(),
+           "CUDA DLPack capsules: 0 forward (z, a), 1 backward (z, err, delta), 2 fused (z, a, dfdz); on `stream` "
+           "(a CUstream handle, queued without waiting) or, if None, the legacy default stream (waited for)")
       .def("_time_forward", [](const PyLayer &l, const py::array &z, py::array out, int reps) {
              // The same forward timed inside C++ (median ms), for hsnn.bench's Python-overhead figure.
              auto shape = l.shapeFor(z);
@@ -610,8 +613,9 @@ PYBIND11_MODULE(_core, m) {
              double v = l.run(3, yp, yt, &out);
              return py::make_tuple(v, out);
            }, py::arg("y_pred"), py::arg("y_true"), "(loss, gradient) in one pass")
-      .def("_run_device", &PyLoss::runDevice, py::arg("kind"), py::arg("capsules"),
-           "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out])")
+      .def("_run_device", &PyLoss::runDevice, py::arg("kind"), py::arg("capsules"), py::arg("stream") = py::none(),
+           "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out]); `stream` as "
+           "for layers")
       .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.get().setConstant(name, v)); })
       .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.get().constant(name)); })
       .def("constant_names", [](const PyLoss &l) { return l.get().constantNames(); })

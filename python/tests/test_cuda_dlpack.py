@@ -47,6 +47,7 @@ class Driver:
         self.lib = ctypes.CDLL(FAKE)
         self.lib.hsnnFakeCudaLaunches.restype = ctypes.c_char_p
         self.lib.hsnnFakeCudaCount.argtypes = [ctypes.c_char_p]
+        self.lib.hsnnFakeCudaLastStream.restype = ctypes.c_uint64
         assert self.lib.cuInit(0) == 0
         ctx = ctypes.c_void_p()
         assert self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
@@ -66,6 +67,12 @@ class Driver:
 
     def clear(self):
         self.lib.hsnnFakeCudaClearLaunches()
+
+    def count(self, what):
+        return self.lib.hsnnFakeCudaCount(what.encode())
+
+    def last_stream(self):
+        return self.lib.hsnnFakeCudaLastStream()
 
 
 class FakeCudaTensor:
@@ -167,3 +174,29 @@ def test_derivative_layers_and_losses_run_on_cuda_tensors(driver):
     loss = hsnn.Loss("huber", {"delta": 0.5}, method="cuda").derivative_loss(2)
     yp, yt = FakeCudaTensor(driver, (1000,)), FakeCudaTensor(driver, (1000,))
     assert loss.method == "cuda" and isinstance(loss.forward_elements(yp, yt), FakeCudaTensor)
+
+
+def test_calls_queue_on_the_callers_stream(driver):
+    """stream= (what hsnn.torch passes: PyTorch's current stream) queues the
+    kernels there and returns without waiting for the device; the capsules are
+    asked for that stream. Without it: the legacy default stream, waited for."""
+    layer = hsnn.ActivationLayer(["relu", "tanh"], method="cuda")
+    loss = hsnn.Loss("mse", method="cuda")
+    z = FakeCudaTensor(driver, (2, 100))
+    layer.forward(z)
+    syncs = driver.count("synchronize")
+    a = layer.forward(z, stream=0x5000)
+    assert driver.last_stream() == 0x5000 and z.stream == 0x5000 and a.stream == 0x5000
+    a, d = layer.fused(z, stream=0x5000)
+    assert driver.last_stream() == 0x5000
+    assert driver.count("synchronize") == syncs  # queued, not waited for
+    yp, yt = FakeCudaTensor(driver, (100,)), FakeCudaTensor(driver, (100,))
+    waits = driver.count("stream_synchronize")
+    assert loss.forward(yp, yt, stream=0x5000) == 0.0  # a value for the host: waits for that stream only
+    assert driver.last_stream() == 0x5000 and driver.count("stream_synchronize") == waits + 1
+    loss.gradient(yp, yt, stream=0x5000)
+    assert driver.count("synchronize") == syncs
+    layer.forward(z)
+    assert driver.last_stream() == 0 and z.stream == 1 and driver.count("synchronize") == syncs + 1
+    with pytest.raises(ValueError, match="stream= is for CUDA arrays; these are in host memory"):
+        hsnn.ActivationLayer(["relu"]).forward(np.zeros((1, 4), np.float32), stream=0x5000)

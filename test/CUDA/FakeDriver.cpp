@@ -79,6 +79,7 @@ struct State {
   std::set<Module *> modules;
   std::map<std::string, int> counters;
   std::string launches; // "name gx,gy block; ..."
+  uintptr_t lastStream = 0; // the last launch's
   std::string lastTarget;
   std::string lastPtx;
 };
@@ -232,6 +233,7 @@ int hsnnFakeCudaCount(const char *what) {
   return s.counters[what];
 }
 const char *hsnnFakeCudaLaunches() { return state().launches.c_str(); }
+uintptr_t hsnnFakeCudaLastStream() { return state().lastStream; }
 const char *hsnnFakeCudaLastTarget() { return state().lastTarget.c_str(); }
 const char *hsnnFakeCudaLastPtx() { return state().lastPtx.c_str(); }
 void hsnnFakeCudaClearLaunches() { state().launches.clear(); }
@@ -421,6 +423,7 @@ CUresult cuStreamDestroy_v2(void *stream) {
 }
 CUresult cuStreamSynchronize(void *) {
   NEED_CONTEXT();
+  ++state().counters["stream_synchronize"];
   return kSuccess;
 }
 // ---- modules and launches ----
@@ -491,7 +494,7 @@ CUresult cuOccupancyMaxPotentialBlockSize(int *minGrid, int *block, void *, size
   return kSuccess;
 }
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, void *, void **params, void **extra) {
+                        unsigned shared, void *stream, void **params, void **extra) {
   NEED_CONTEXT();
   State &s = state();
   std::lock_guard lock(s.mutex);
@@ -513,6 +516,7 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     if (v && find(s, v, 0) && !findHere(s, v, 0))
       return kIllegalAddress;
   }
+  s.lastStream = reinterpret_cast<uintptr_t>(stream);
   s.launches += k->name + " " + std::to_string(gx) + "," + std::to_string(gy) + " " + std::to_string(bx) + ";";
   ++s.counters["launch"];
   return kSuccess;

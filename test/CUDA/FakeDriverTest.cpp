@@ -65,6 +65,7 @@ struct Fake {
     return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastTarget"))();
   }
   std::string lastPtx() const { return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastPtx"))(); }
+  uintptr_t lastStream() const { return reinterpret_cast<uintptr_t (*)()>(::dlsym(lib, "hsnnFakeCudaLastStream"))(); }
   void clearLaunches() const { reinterpret_cast<void (*)()>(::dlsym(lib, "hsnnFakeCudaClearLaunches"))(); }
 };
 
@@ -266,6 +267,71 @@ TEST_CASE("a cuda layer runs every node in one launch, in either layout") {
   }
   CHECK(fake.count("live_allocations") == allocations);
   CHECK(fake.count("live_modules") == modules);
+}
+
+TEST_CASE("inside a StreamScope, device calls queue on its stream and return without waiting for the device") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(layer);
+  auto loss = Loss::compile("mse", {}, {.method = Method::Cuda});
+  REQUIRE_OK_EXPECTED(loss);
+  auto b0 = getBackend("cuda:0"), b1 = getBackend("cuda:1");
+  REQUIRE(b0);
+  REQUIRE(b1);
+  auto dz = (*b0)->allocate(3000, DType::F32), da = (*b0)->allocate(3000, DType::F32);
+  REQUIRE(dz);
+  REQUIRE(da);
+  // A stream another library made (PyTorch's current stream, say): borrowed.
+  auto theirs = (*b0)->borrowStream(0x5000);
+  REQUIRE_OK_EXPECTED(theirs);
+  CHECK((*theirs)->handle() == 0x5000);
+  int streams = fake.count("streams");
+  {
+    StreamScope scope(*theirs);
+    CHECK(StreamScope::current() == theirs->get());
+    int syncs = fake.count("synchronize"), streamSyncs = fake.count("stream_synchronize");
+    REQUIRE_OK(layer->forward(*dz, *da, 1000));
+    CHECK(fake.lastStream() == 0x5000);
+    CHECK(fake.count("synchronize") == syncs); // queued, not waited for
+    REQUIRE_OK(loss->gradient(*dz, *dz, *da));
+    CHECK(fake.lastStream() == 0x5000);
+    CHECK(fake.count("stream_synchronize") == streamSyncs);
+    REQUIRE_OK_EXPECTED(loss->forward(*dz, *dz)); // a value for the host: waits for its stream only
+    CHECK(fake.count("stream_synchronize") == streamSyncs + 1);
+    CHECK(fake.count("synchronize") == syncs);
+    // Host arrays are copied on the legacy default stream and waited for.
+    std::vector<float> z(3000), a(3000);
+    REQUIRE_OK(layer->forward(z, a, 1000));
+    CHECK(fake.lastStream() == 0);
+    // Another device's stream is refused, naming both.
+    auto other = (*b1)->borrowStream(0x6000);
+    REQUIRE_OK_EXPECTED(other);
+    StreamScope inner(*other);
+    CHECK(layer->forward(*dz, *da, 1000).message() == "the current stream belongs to cuda:1; this layer runs on cuda:0");
+  }
+  CHECK(StreamScope::current() == nullptr);
+  CHECK(fake.count("streams") == streams); // borrowed streams are not destroyed
+  int syncs = fake.count("synchronize");
+  REQUIRE_OK(layer->forward(*dz, *da, 1000));
+  CHECK(fake.lastStream() == 0);
+  CHECK(fake.count("synchronize") == syncs + 1);
+  // An owned stream works the same way.
+  auto mine = (*b0)->createStream();
+  REQUIRE_OK_EXPECTED(mine);
+  {
+    StreamScope scope(*mine);
+    REQUIRE_OK(layer->forward(*dz, *da, 1000));
+    CHECK(fake.lastStream() == (*mine)->handle());
+    CHECK(fake.lastStream() != 0);
+  }
+  auto cpu = getBackend("cpu");
+  REQUIRE(cpu);
+  auto none = (*cpu)->borrowStream(0x5000);
+  REQUIRE_FALSE(none);
+  CHECK(none.error().message() == "backend cpu has no streams");
 }
 
 TEST_CASE("layers with more nodes than grid.y holds launch in chunks") {
