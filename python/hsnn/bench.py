@@ -5,6 +5,12 @@
 2. HeteroActivation forward + backward on that layer, (batch, nodes) tensors,
    next to the best pure-PyTorch way of writing a per-node heterogeneous
    activation: the columns grouped by formula, one torch op per group.
+3. The per-call cost table: HeteroActivation (the W1 formulas) forward +
+   backward against torch.tanh and torch.relu forward + backward on the same
+   tensor, and against the layer's own kernels (fused, then grad * f'), at
+   32 x 64, 128 x 256 and 4096 x 256, float32 and float64. Each row runs in a
+   fresh process (nothing has warmed the allocator), gradients set to None
+   before each step as zero_grad(set_to_none=True) does.
 """
 import argparse
 import json
@@ -68,18 +74,70 @@ def torch_comparison(reps, nodes=256, batch=65536):
             "torch_threads": torch.get_num_threads()}
 
 
+TABLE_SIZES = [(32, 64), (128, 256), (4096, 256)]
+
+
+def table_row(dtype, batch, nodes, reps):
+    """One row of the per-call table, in this process (main runs each in a fresh one)."""
+    import os
+
+    import torch
+    from .torch import HeteroActivation
+    torch.set_num_threads(os.cpu_count() or 1)
+    tdt = getattr(torch, dtype)
+    act = HeteroActivation([W1_FORMULAS[j % 8] for j in range(nodes)])
+    x = torch.empty(batch, nodes, dtype=tdt).uniform_(-4, 4).requires_grad_()
+    g = torch.ones(batch, nodes, dtype=tdt)
+
+    def step(f):
+        x.grad = None
+        f(x).backward(g)
+
+    layer = act._node(x).layer
+    zn, gn = x.detach().numpy(), g.numpy()
+
+    def kernels():  # what a step runs, called directly: fused, then grad * f' (as hsnn.torch does it)
+        a, d = _core.ActivationLayer.fused(layer, zn)
+        _core._multiply(gn, d)
+
+    row = {"dtype": dtype, "batch": batch, "nodes": nodes}
+    for name, fn in (("hsnn_us", lambda: step(act)), ("tanh_us", lambda: step(torch.tanh)),
+                     ("relu_us", lambda: step(torch.relu)), ("kernels_us", kernels)):
+        row[name] = _median_ms(fn, reps) * 1e3
+    return row
+
+
+def per_call_table(reps):
+    import subprocess
+    import sys
+    rows = []
+    for dtype in ("float32", "float64"):
+        for batch, nodes in TABLE_SIZES:
+            n = reps if batch * nodes >= 1 << 20 else reps * 20
+            out = subprocess.run([sys.executable, "-m", "hsnn.bench", "--_row", dtype, str(batch), str(nodes), str(n)],
+                                 capture_output=True, text=True, check=True).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hsnn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    p.add_argument("--_row", nargs=4, help=argparse.SUPPRESS)  # one table row, in a fresh process
     a = p.parse_args(argv)
+    if a._row:
+        dtype, batch, nodes, reps = a._row
+        print(json.dumps(table_row(dtype, int(batch), int(nodes), int(reps))))
+        return 0
     if not 1 <= a.reps <= 1000:
         p.error("--reps takes 1 to 1000")
     result = {"overhead": python_overhead(a.reps)}
     if not a.no_torch:
         try:
             result["torch"] = torch_comparison(a.reps)
+            result["table"] = per_call_table(a.reps)
         except ImportError as e:
             result["torch"] = {"skipped": f"PyTorch is not installed ({e})"}
     if a.json:
@@ -94,6 +152,14 @@ def main(argv=None):
               f"by formula {t['torch_sliced_ms']:.1f} ms ({t['speedup']:.1f}x; torch threads {t['torch_threads']})")
     elif t:
         print(t["skipped"])
+    if result.get("table"):
+        print("forward + backward per call, median us (each row a fresh process; W1's 8 formulas over the nodes):")
+        print(f"{'dtype':8} {'batch x nodes':>14} {'HeteroActivation':>17} {'torch.tanh':>11} {'torch.relu':>11} "
+              f"{'its kernels':>12} {'vs tanh':>8} {'vs kernels':>11}")
+        for r in result["table"]:
+            print(f"{r['dtype']:8} {str(r['batch']) + ' x ' + str(r['nodes']):>14} {r['hsnn_us']:17.1f} "
+                  f"{r['tanh_us']:11.1f} {r['relu_us']:11.1f} {r['kernels_us']:12.1f} "
+                  f"{r['hsnn_us'] / r['tanh_us']:7.2f}x {r['hsnn_us'] / r['kernels_us']:10.2f}x")
     return 0
 
 

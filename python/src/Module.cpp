@@ -14,6 +14,7 @@
 
 #include "Bindings.h"
 #include "DeviceArrays.h"
+#include "OutputPool.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -244,7 +245,7 @@ struct PyLayer : Held<ActivationLayer, LayerArgs, kLayerName> {
     return size_t(get().layout() == Layout::NodesMajor ? shape[1] : shape[0]);
   }
   py::array output(const std::vector<py::ssize_t> &shape) const {
-    return get().dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+    return python::pooledArray(get().dtype() == DType::F32, shape);
   }
   py::array outputOr(const py::object &out, const char *name, const std::vector<py::ssize_t> &shape) const {
     if (out.is_none())
@@ -352,7 +353,7 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
   }
   py::array like(const py::array &yp) const {
     std::vector<py::ssize_t> shape(yp.shape(), yp.shape() + yp.ndim());
-    return get().dtype() == DType::F32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
+    return python::pooledArray(get().dtype() == DType::F32, shape);
   }
   template <class T> Expected<double> call(int kind, const py::array &yp, const py::array &yt, py::array *out) const {
     py::gil_scoped_release unlocked;
@@ -641,6 +642,13 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("dtype", [](const PyLoss &l) { return numpyName(l.get().dtype()); })
       .def_property_readonly("method", [](const PyLoss &l) { return std::string(to_string(l.get().method())); });
 
+  m.def("_empty", [](const std::vector<py::ssize_t> &shape, const std::string &dtype) {
+    if (dtype != "float32" && dtype != "float64")
+      throw py::value_error("dtype must be 'float32' or 'float64'");
+    return python::pooledArray(dtype == "float32", shape);
+  }, py::arg("shape"), py::arg("dtype"), "an uninitialised result array from the pool of recycled blocks");
+  m.def("_pooled_bytes", &python::pooledBytes, "bytes of freed results waiting for reuse");
+  m.def("_multiply", &python::multiply, py::arg("a"), py::arg("b"), "a * b into a pooled array, on TBB's threads");
   python::bindFunctions(m);
   python::bindBackends(m);
 }
