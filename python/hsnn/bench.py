@@ -100,9 +100,22 @@ def table_row(dtype, batch, nodes, reps):
         a, d = _core.ActivationLayer.fused(layer, zn)
         _core._multiply(gn, d)
 
+    from .torch import FormulaLoss
+    p = torch.empty(batch, nodes, dtype=tdt).uniform_(0.01, 0.99).requires_grad_()
+    t = torch.rand(batch, nodes, dtype=tdt)
+
+    def loss_step(f):
+        p.grad = None
+        f(p, t).backward()
+
+    F = torch.nn.functional
+    mse, bce = FormulaLoss("mse"), FormulaLoss("bce")
     row = {"dtype": dtype, "batch": batch, "nodes": nodes}
     for name, fn in (("hsnn_us", lambda: step(act)), ("tanh_us", lambda: step(torch.tanh)),
-                     ("relu_us", lambda: step(torch.relu)), ("kernels_us", kernels)):
+                     ("relu_us", lambda: step(torch.relu)), ("kernels_us", kernels),
+                     ("mse_us", lambda: loss_step(mse)), ("torch_mse_us", lambda: loss_step(F.mse_loss)),
+                     ("bce_us", lambda: loss_step(bce)),
+                     ("torch_bce_us", lambda: loss_step(F.binary_cross_entropy))):
         row[name] = _median_ms(fn, reps) * 1e3
     return row
 
@@ -160,6 +173,12 @@ def main(argv=None):
             print(f"{r['dtype']:8} {str(r['batch']) + ' x ' + str(r['nodes']):>14} {r['hsnn_us']:17.1f} "
                   f"{r['tanh_us']:11.1f} {r['relu_us']:11.1f} {r['kernels_us']:12.1f} "
                   f"{r['hsnn_us'] / r['tanh_us']:7.2f}x {r['hsnn_us'] / r['kernels_us']:10.2f}x")
+        print("losses, mean reduction, forward + backward per call, median us (y_pred in (0.01, 0.99), soft y_true):")
+        print(f"{'dtype':8} {'batch x nodes':>14} {'FormulaLoss mse':>16} {'F.mse_loss':>11} {'FormulaLoss bce':>16} "
+              f"{'F.binary_cross_entropy':>23}")
+        for r in result["table"]:
+            print(f"{r['dtype']:8} {str(r['batch']) + ' x ' + str(r['nodes']):>14} {r['mse_us']:16.1f} "
+                  f"{r['torch_mse_us']:11.1f} {r['bce_us']:16.1f} {r['torch_bce_us']:23.1f}")
     return 0
 
 

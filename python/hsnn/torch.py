@@ -356,7 +356,10 @@ class _LossValue(torch.autograd.Function):
                 gc = _by_constants(grad_out, yp, yt, c, node)
             return gyp, None, gc, None, None
         if ctx.needs_input_grad[0]:
-            gyp = _times(grad_out.expand_as(grad), grad)
+            # The fused kernel's gradient is already scaled; an upstream 1
+            # (loss.backward()) leaves it as it is, no product.
+            g = grad_out.detach()
+            gyp = grad if not g.is_cuda and g.item() == 1.0 else grad * g
         if ctx.needs_input_grad[2]:
             node.set(c)
             dc = node.loss.constant_gradients(_host(yp), _host(yt))

@@ -36,6 +36,19 @@ def test_gradcheck_layer_and_losses():
             assert torch.autograd.gradcheck(lambda p: loss(p, yt), (yp,)), (name, reduction)
 
 
+def test_a_reduced_loss_passes_its_upstream_gradient_on():
+    # loss.backward() (upstream 1) returns the fused kernel's gradient as it is;
+    # any other upstream multiplies it, as torch's own losses do.
+    yp = torch.randn(300, 200, dtype=torch.float64, requires_grad=True)  # pooled results (> 128 KiB)
+    yt = torch.randn(300, 200, dtype=torch.float64)
+    for reduction in ("mean", "sum"):
+        loss = ht.FormulaLoss("mse", reduction=reduction)
+        for upstream in (1.0, 2.5, -0.5):
+            mine, = torch.autograd.grad(loss(yp, yt) * upstream, yp)
+            want, = torch.autograd.grad(torch.nn.functional.mse_loss(yp, yt, reduction=reduction) * upstream, yp)
+            torch.testing.assert_close(mine, want, rtol=1e-12, atol=1e-15)
+
+
 def test_float32_training_reduces_the_loss():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, len(FORMULAS)), ht.HeteroActivation(FORMULAS),
