@@ -142,7 +142,8 @@ size_t ExprContext::size() const {
 Expr ExprContext::intern(Node &&n) {
   // A Guarded node hashes as the Piecewise it prints as (PrintOptions::
   // guards), so operands ordered by hash (Max/Min, sums, products) keep
-  // their order when the printed text is read back.
+  // their order when the printed text is read back; a Partials node (below)
+  // as its value.
   uint64_t h = mix(0, uint64_t(n.op_ == Op::Guarded ? Op::Piecewise : n.op_));
   uint32_t depth = 0;
   switch (n.op_) {
@@ -161,6 +162,10 @@ Expr ExprContext::intern(Node &&n) {
       depth = std::max(depth, a->depth());
     }
   }
+  // A Partials node hashes as its value, which it prints as: the same order
+  // among operands once the text is read back.
+  if (n.op_ == Op::Partials)
+    h = n.args_[0]->hash();
   n.hash_ = h;
   n.depth_ = depth + 1;
   n.flags_ = flagsOf(n);

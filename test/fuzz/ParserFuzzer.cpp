@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const Formula &f = std::get<Formula>(parsed);
     // With the built-ins' tail guards, which read back as the Piecewise they
-    // are: such a formula must print the same text again.
+    // are, and their Partials nodes, which read back as their values: such a
+    // formula must print the same text again.
     std::string printed = print(f.expr, {.guards = true});
     // Built-ins print expanded, so a legal formula can print longer than the
     // parser accepts (kMaxFormulaLength, a denial-of-service guard): the
@@ -55,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       bool lostYPred = mode == FormulaMode::Loss && !contains(f.expr, [](Expr e) {
         return e->op() == Op::Var && e->variable() == Variable::YPred;
       });
-      bool guarded = contains(f.expr, [](Expr e) { return e->op() == Op::Guarded; });
+      bool guarded = contains(f.expr, [](Expr e) { return e->op() == Op::Guarded || e->op() == Op::Partials; });
       auto *back = std::get_if<Formula>(&again);
       bool same = back && (back->expr == f.expr || (guarded && print(back->expr, {.guards = true}) == printed));
       if (!lostYPred && !same)
