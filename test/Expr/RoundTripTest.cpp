@@ -51,7 +51,8 @@ TEST_CASE("bce (a Partials node) as a factor among others reads back in the same
   // operands by its own hash, its printed value by another.
   ExprContext ctx;
   for (const char *text : {"Max(bce*a*elux, -0, 1)**2*y_pred*bce + log_cosh*bce", "y_true*bce*q - bce/y_pred",
-                           "Max(bce, mse, huber)*x_g*bce"}) {
+                           "Max(bce, mse, huber)*x_g*bce",
+                           "Max(swZish, Max(b---Xgs*a_g*selux*anX*bce*a*elux*anX*bce*a*_g*zea*_glog_kosh*selux*an+dml*ftgXX*b4444444444444444444444444444444444---Xgs*a-xj, -0 ,1))**_g*selux*anX*bce*a*eluce4ft44444444444x*anX*bce*a*_g*zea*_glog_kosh*selux*an+dml*ftgXX*bce4ft244444444444"}) {
     CAPTURE(text);
     checkRoundTrip(ctx, mustParse(ctx, text, FormulaMode::Loss).expr, FormulaMode::Loss);
   }
