@@ -34,15 +34,15 @@ private:
     if (!e->numArgs() || e->isBool())
       return nullptr;
     std::vector<Expr> dargs;
-    bool any = false;
+    bool any = false, partials = e->op() == Op::Partials;
     for (size_t i = 0; i < e->numArgs(); ++i) {
       Expr a = e->arg(i);
-      if (e->op() == Op::Partials && i % 2 == 0) {
+      if (partials && i % 2 == 0) { // the value and the partials themselves
         dargs.push_back(nullptr);
         continue;
       }
-      if (e->op() == Op::Partials)
-        run(a);
+      if (partials)
+        run(a); // an operand: not walked by run()'s descent
       dargs.push_back(a->isBool() ? nullptr : memo_.at(a));
       any |= dargs.back() != nullptr;
     }

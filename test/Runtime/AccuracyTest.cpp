@@ -132,10 +132,7 @@ template <class T> double run(const Row &r, Method method) {
 } // namespace
 
 TEST_CASE("built-ins hold their true values at the audit's hard points, on every engine") {
-  std::vector<Method> methods = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    methods.push_back(Method::CpuJit);
-  for (Method m : methods)
+  for (Method m : cpuMethods())
     for (const Row &r : kRows) {
       CAPTURE(to_string(m));
       CAPTURE(std::string(r.formula));
@@ -167,10 +164,7 @@ TEST_CASE("poisson_nll is as accurate as its conditioning allows where its terms
       x.push_back(2.3f + 0.0005f * float(i));
       t.push_back(tv);
     }
-  std::vector<Method> methods = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    methods.push_back(Method::CpuJit);
-  for (Method m : methods) {
+  for (Method m : cpuMethods()) {
     CAPTURE(to_string(m));
     auto l = Loss::compile("poisson_nll", {}, {.method = m, .dtype = DType::F32, .reduction = Reduction::None});
     REQUIRE_OK_EXPECTED(l);
@@ -220,10 +214,7 @@ template <class T> double worstBceGradientUlp(Method m, double eps) {
 TEST_CASE("bce's gradient holds its digits where y_pred is near a soft y_true") {
   // The rules' t/q - (1 - t)/r cancels there (6e3 ulp in f32, 8e3 in f64
   // measured); bce's written-out partial keeps p - t exact.
-  std::vector<Method> methods = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    methods.push_back(Method::CpuJit);
-  for (Method m : methods)
+  for (Method m : cpuMethods())
     for (double eps : {0.0, 1e-7}) {
       CAPTURE(to_string(m));
       CAPTURE(eps);
@@ -257,10 +248,7 @@ TEST_CASE("f32 tan and tan' are computed in double on the CPU") {
   // libmvec's tanf is bound by 4 ulp and 1 + tan**2 doubled its error (the
   // audit's 5.7 ulp); tan in double rounded once leaves tan' the rounding
   // of 1 + t*t.
-  std::vector<Method> methods = {Method::CpuInterp};
-  if (runtimeInfo().cpuJitEnabled)
-    methods.push_back(Method::CpuJit);
-  for (Method m : methods) {
+  for (Method m : cpuMethods()) {
     CAPTURE(to_string(m));
     auto [f32, d32] = worstTanUlp<float>(m);
     auto [f64, d64] = worstTanUlp<double>(m);
