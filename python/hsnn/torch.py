@@ -42,7 +42,8 @@ def _host(t):
 # From this many bytes on a result comes from hsnn's pool of recycled blocks
 # (python/src/OutputPool.h): a fresh one would be an mmap whose pages fault
 # in on first write (1.5 ms of a 2 ms call at 4096 x 256 in a fresh process).
-_POOLED_BYTES = 1 << 17
+# Below it PyTorch's own product is cheaper than a call into hsnn.
+_POOLED_BYTES = _core._min_pooled_bytes
 
 
 def _cpu_method(method):

@@ -647,6 +647,7 @@ PYBIND11_MODULE(_core, m) {
       throw py::value_error("dtype must be 'float32' or 'float64'");
     return python::pooledArray(dtype == "float32", shape);
   }, py::arg("shape"), py::arg("dtype"), "an uninitialised result array from the pool of recycled blocks");
+  m.attr("_min_pooled_bytes") = python::kMinPooledBytes;
   m.def("_pooled_bytes", &python::pooledBytes, "bytes of freed results waiting for reuse");
   m.def("_multiply", &python::multiply, py::arg("a"), py::arg("b"), "a * b into a pooled array, on TBB's threads");
   python::bindFunctions(m);

@@ -13,8 +13,6 @@ namespace hsnn::python {
 namespace py = pybind11;
 namespace {
 
-// Below this glibc serves blocks from its heap, already resident.
-constexpr size_t kMinPooled = size_t(1) << 17;
 // At most this many bytes wait for reuse (a few layers' results of a
 // training step); a block beyond it is freed.
 constexpr size_t kMaxWaiting = size_t(512) << 20;
@@ -73,7 +71,7 @@ py::array pooledArray(bool f32, const std::vector<py::ssize_t> &shape) {
   for (py::ssize_t d : shape)
     count *= size_t(d);
   size_t bytes = count * (f32 ? 4 : 8);
-  if (bytes < kMinPooled)
+  if (bytes < kMinPooledBytes)
     return f32 ? py::array(py::array_t<float>(shape)) : py::array(py::array_t<double>(shape));
   void *block = take(bytes);
   py::capsule owner(block, [](void *b) { give(b); });

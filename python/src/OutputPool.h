@@ -18,6 +18,10 @@
 
 namespace hsnn::python {
 
+/// Below this many bytes results are plain NumPy arrays: glibc serves such
+/// blocks from its heap, already resident.
+inline constexpr size_t kMinPooledBytes = size_t(1) << 17;
+
 /// An uninitialised C-contiguous float32 (`f32`) or float64 array of `shape`,
 /// in pooled memory when it is large enough to be worth it.
 pybind11::array pooledArray(bool f32, const std::vector<pybind11::ssize_t> &shape);
