@@ -44,6 +44,11 @@ struct AotOptions {
   std::string triple{};   ///< Default: the host's.
   std::string cpu{};      ///< Default: the host CPU for the host triple, else "generic".
   std::string features{}; ///< Extra target features, e.g. "+avx2".
+  /// Batch-major row kernels' shape, "BxP": B blocks a pass (1, 2, 4), P
+  /// bytes prefetched ahead (0-65536, a multiple of 64). Empty: the shape
+  /// measured best on machines of `cpu`'s kind. Speed only: every shape
+  /// gives the same bits.
+  std::string rowShape{};
   int optLevel = 3;
   bool bakeConstants = false;
   /// Compile the formulas differentiated this many times (d/dnum, or

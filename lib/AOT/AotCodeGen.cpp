@@ -81,6 +81,16 @@ Expected<Target> makeTarget(const AotOptions &o) {
   llvm::Triple tt(triple);
   auto has = [&](const char *f) { return sti->checkFeatures(std::string("+") + f); };
   t.emit.cpu = cpu;
+  t.emit.rowShape = fixedRowShape(cpu);
+  if (!o.rowShape.empty()) {
+    std::optional<RowShape> shape = parseRowShape(o.rowShape);
+    if (!shape)
+      return Error(ErrorCode::InvalidArgument,
+                   fmt::format("row shape '{}' is not BxP (B blocks a pass: 1, 2 or 4; P bytes prefetched ahead: 0 "
+                               "to 65536, a multiple of 64), e.g. 4x4096",
+                               o.rowShape));
+    t.emit.rowShape = *shape;
+  }
   t.emit.hasFMA = tt.getArch() == llvm::Triple::aarch64 || (tt.getArch() == llvm::Triple::x86_64 && has("fma"));
   if (tt.getArch() == llvm::Triple::x86_64)
     t.emit.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;

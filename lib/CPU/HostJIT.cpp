@@ -88,6 +88,7 @@ public:
     self->emit_.hasFMA = has("fma");
     self->emit_.sumParts = true; // blocks' sums added by launchLoss
     self->emit_.cpu = t.cpu;
+    self->emit_.rowShape = fixedRowShape(t.cpu);
     self->emit_.vectorBits = t.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
     // libmvec supplies the vector math; without it math runs lane by lane.
     std::string err;
@@ -116,6 +117,8 @@ public:
     po.optLevel = options.optLevel;
     po.emit = emit_;
     po.emit.fastMath = options.fastMath;
+    if (options.rowShape)
+      po.emit.rowShape = *options.rowShape;
     return compileRequests(**tm, requests, po, stats);
   }
 

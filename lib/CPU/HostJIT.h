@@ -13,6 +13,7 @@
 #include "hsnn/Error.h"
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ namespace hsnn::detail {
 struct JITOptions {
   int optLevel = 3;      ///< 0..3
   bool fastMath = false; ///< Opt-in; IEEE otherwise.
+  /// Batch-major row kernels' shape (RowShape.h). Unset: the one measured
+  /// best for the host's kind of CPU (fixedRowShape); the cpu_jit engine
+  /// sets the host's own (RowCalibration.h).
+  std::optional<RowShape> rowShape{};
 };
 
 struct HostTarget {

@@ -6,6 +6,8 @@
 #include "HostId.h"
 #include "SharedObject.h"
 #include "Model/KernelRequests.h"
+#include "RowCalibration.h"
+#include "RowLaunch.h"
 #include "hsnn/Version.h"
 
 #include "CodeGenToken.h"
@@ -27,10 +29,6 @@ constexpr size_t kMinPerChunk = 1, kSmallChunks = 4, kMaxPerChunk = 128;
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
-// Batch-major elements per row-kernel call: a nodes-major task's (forBlocks
-// groups two 4096-element calls). Calls of 65536 gave two threads 8 tasks at
-// batch 2048, which they shared unevenly: 1.24x nodes-major against 1.15.
-constexpr size_t kRowTaskElements = 8192;
 
 // Bump it when the objects' layout or entry points change; the code
 // generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
@@ -41,6 +39,8 @@ constexpr const char *kObjectFormat = "hsnn-host-object-15";
 // kinds, dtype and options.
 void addRequests(CacheKeyBuilder &k, std::span<const KernelRequest> requests, const JITOptions &options) {
   k.add("opt", uint64_t(options.optLevel)).add("fast-math", uint64_t(options.fastMath));
+  if (options.rowShape) // a fixed shape (HSNN_ROW_SHAPE); the host's measured one is the host's
+    k.add("row-shape", to_string(*options.rowShape));
   for (const KernelRequest &r : requests) {
     k.add("symbol", r.symbol)
         .add("kind", kindName(r.kind))
@@ -113,13 +113,27 @@ size_t countTapes(std::span<const KernelRequest> requests) {
 
 // Compiles (or loads from the disk cache) the requested kernels and returns
 // them loaded, filling the JIT fields of `info`.
-Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests, const JITOptions &options,
+Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests,
+                                                      const JITOptions &requestedOptions,
                                                       const CacheConfig &cacheConfig,
                                                       const std::function<std::string()> &describe,
                                                       CompileInfo &info, const CompileProgress &progress) {
   std::vector<std::string> symbols;
   for (const KernelRequest &r : requests)
     symbols.push_back(r.symbol);
+  // Row kernels take HSNN_ROW_SHAPE's shape, which then keys them, else the
+  // host's measured one, asked for on a miss only: every shape gives the
+  // same bits, so a hit need not know which one its objects have.
+  const bool rowKernels =
+      std::any_of(requests.begin(), requests.end(), [](const KernelRequest &r) { return !r.rowSlots.empty(); });
+  JITOptions options = requestedOptions;
+  if (rowKernels && !options.rowShape) {
+    auto fixed = rowShapeOverride();
+    if (!fixed)
+      return fixed.error();
+    options.rowShape = *fixed;
+  }
+  JITOptions compileOptions = options;
 
   // Kernels compile in a fixed number of independent objects, in parallel.
   // The split depends only on the requests, so cache keys do not change
@@ -172,7 +186,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   }
   const std::string description = describe();
   auto compile = [&](size_t c) {
-    auto object = (*jit)->compileObject(part(c), options, &stats[c]);
+    auto object = (*jit)->compileObject(part(c), compileOptions, &stats[c]);
     if (!object) {
       errors[c] = object.takeError();
       return;
@@ -201,6 +215,12 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     } else {
       misses.push_back(c);
     }
+  auto chooseRowShape = [&] {
+    if (rowKernels && !compileOptions.rowShape)
+      compileOptions.rowShape = hostRowShape(cacheConfig);
+  };
+  if (!misses.empty())
+    chooseRowShape();
   tbb::parallel_for(size_t(0), misses.size(), [&](size_t i) {
     compile(misses[i]);
     report(misses[i]);
@@ -215,6 +235,7 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     // A verified entry that does not link (the machine's libmvec changed,
     // say) is compiled afresh and replaced, like any other miss.
     std::fill(hit.begin(), hit.end(), 0);
+    chooseRowShape();
     tbb::parallel_for(size_t(0), chunks, compile);
     for (Error &e : errors)
       if (e)
@@ -451,28 +472,14 @@ private:
   // Batch-major with row kernels: blocks of rows of one segment per task,
   // in place, no scratch.
   template <class T> void runRows(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const {
-    const CompiledModel &m = model();
-    const std::vector<RowSegment> &plan = *rowPlan_;
-    const auto &fns = rowKernel_[size_t(kind)];
-    size_t nodes = m.numNodes(), segments = plan.size();
-    if (a.batch == 0)
-      return;
-    size_t rows = std::clamp<size_t>(kRowTaskElements / nodes, 1, a.batch), blocks = (a.batch + rows - 1) / rows;
-    const T *z = static_cast<const T *>(a.z), *err = static_cast<const T *>(a.err);
-    T *out0 = static_cast<T *>(a.out0), *out1 = static_cast<T *>(a.out1);
     // The constants as T in the kernels' layout (KernelRequests.h): O(nodes) per call.
     const RowTable &layout = rowTable_[size_t(kind)];
     std::vector<T> table(layout.source.size() + kRowTablePadding);
     for (size_t i = 0; i < layout.source.size(); ++i)
       table[i] = T(params.values[layout.source[i]]);
-    forBlocks(blocks * segments, rows * nodes / segments, [&](size_t t) {
-      size_t g = t % segments;
-      const RowSegment &seg = plan[g];
-      size_t r0 = t / segments * rows, at = r0 * nodes + seg.first;
-      auto fn = reinterpret_cast<RowKernelFn<T>>(fns[g]);
-      fn(z + at, err ? err + at : nullptr, out0 + at, out1 ? out1 + at : nullptr, table.data() + layout.at[g],
-         int64_t(std::min(rows, a.batch - r0)), int64_t(nodes), int64_t(seg.periods), int64_t(seg.periods));
-    });
+    launchRows<T>(*rowPlan_, rowKernel_[size_t(kind)], table.data(), layout.at, model().numNodes(), a.batch,
+                  static_cast<const T *>(a.z), static_cast<const T *>(a.err), static_cast<T *>(a.out0),
+                  static_cast<T *>(a.out1));
   }
 
   // Whether `kind` runs as row kernels: elementwise kinds of a batch-major

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "KernelSpec.h"
+#include "RowShape.h"
 
 #include <functional>
 #include <span>
@@ -34,6 +35,9 @@ struct EmitOptions {
   /// LLVM's name for the target CPU (znver4, sapphirerapids, generic):
   /// for the choices measured per microarchitecture (RowKernel.cpp).
   std::string cpu;
+  /// The row kernels' shape (RowKernel.cpp): measured on the host
+  /// (RowShape.h) or fixed by `cpu`.
+  RowShape rowShape;
   /// Whether the target fuses multiply-adds in hardware: f32 erfc and exp
   /// are then emitted inline (InlineMath.h), which needs exact FMAs and would
   /// otherwise call a libm fma per operation.

@@ -63,10 +63,10 @@ void markArraysNoAlias(Function &fn) {
     }
 }
 
-void prefetchAhead(IRBuilder<> &b, Value *at) {
+void prefetchAhead(IRBuilder<> &b, Value *at, int64_t bytes) {
   Module *m = b.GetInsertBlock()->getModule();
   b.CreateCall(Intrinsic::getDeclaration(m, Intrinsic::prefetch, {at->getType()}),
-               {b.CreateConstGEP1_64(b.getInt8Ty(), at, kPrefetchBytes), b.getInt32(0) /* read */,
+               {b.CreateConstGEP1_64(b.getInt8Ty(), at, bytes), b.getInt32(0) /* read */,
                 b.getInt32(3) /* keep in all levels */, b.getInt32(1) /* data */});
 }
 

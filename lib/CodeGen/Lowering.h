@@ -52,8 +52,8 @@ void setCpuKernelAttributes(llvm::Function &fn, const EmitOptions &o);
 /// behind (measured in RowKernel.cpp and IREmitter.cpp).
 inline constexpr int64_t kPrefetchBytes = 4096;
 
-/// A prefetch for reading of the cache line kPrefetchBytes after `at`.
-void prefetchAhead(llvm::IRBuilder<> &b, llvm::Value *at);
+/// A prefetch for reading of the cache line `bytes` after `at`.
+void prefetchAhead(llvm::IRBuilder<> &b, llvm::Value *at, int64_t bytes = kPrefetchBytes);
 
 /// Marks the loop whose back edge this is as already vectorized.
 void markNotVectorizable(llvm::Instruction *backEdge);

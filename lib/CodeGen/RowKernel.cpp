@@ -145,16 +145,6 @@ unsigned roundBit(const BitLayout &a, const BitLayout &b) {
   return unsigned(std::mismatch(a.vec.begin(), a.vec.end(), b.vec.begin()).first - a.vec.begin());
 }
 
-// Full blocks a pass of the row kernel's loop runs, their slots side by
-// side (emitRowKernel), by microarchitecture (LLVM's CPU name). Measured
-// on an AMD Zen 4 (znver4) before the inputs were prefetched, four; on an
-// Intel Xeon VM with AVX-512 (LLVM's host name for it: rocketlake) with
-// the prefetches, one block a pass against four, W1 f32, batch-major ms,
-// AOT objects alternating: two threads at 2^24, forward 5.8 / 8.4,
-// backward 7.6 / 10.5, fused 8.9 / 11.0 (nodes-major 8.3, 8.6, 9.9); one
-// thread in cache 0.239 / 0.279, 0.261 / 0.343, 0.339 / 0.370 (0.237,
-// 0.274, 0.349); f64 the same or better. Other CPUs take the Intel figure.
-unsigned blocksPerPass(std::string_view cpu) { return cpu.starts_with("znver") ? 4 : 1; }
 // When passes of several blocks pay: from this many instructions per vector
 // math call in a block's tapes, and up to this many calls times slots (each
 // call spills every vector live across it, up to P a block).
@@ -271,7 +261,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
 
   // The blocks of `lanes` periods: each row's full blocks, then its partial
   // one (fewer periods left than lanes). Full blocks go in memory order
-  // across rows, up to blocksPerPass a pass: on Zen 4 a block's slots are
+  // across rows, up to RowShape::blocksPerPass a pass: on Zen 4 a block's slots are
   // long dependency chains (gelu's erfc, inline exp) that out-of-order
   // execution did not overlap with the next block's, so the pass's copies
   // of a slot are emitted side by side (W1 f32 forward, one thread, 2^24
@@ -351,8 +341,9 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         // 17.2-19.6, backward 16.8-20.6 / 19.5-21.8, fused 18.5-22.3 /
         // 21.1-26.2; 1, 2 and 8 KiB ahead helped less; prefetching the
         // outputs for writing too made fused slower.
-        for (unsigned a = 0; a < inputs; ++a)
-          prefetchAhead(b, vectorIn(blocks[k].in[a], s));
+        if (o.rowShape.prefetchBytes)
+          for (unsigned a = 0; a < inputs; ++a)
+            prefetchAhead(b, vectorIn(blocks[k].in[a], s), o.rowShape.prefetchBytes);
         ElementIO io{fn, nullptr, vt, 0};
         for (unsigned a = 0; a < inputs; ++a)
           io.preloaded[a] = in[k][a].empty() ? nullptr : in[k][a][s];
@@ -480,7 +471,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     latchPending->addIncoming(b.CreateAdd(pendingRow, b.CreateZExt(b.CreateNot(isFull), i64)), oneDone);
     b.CreateBr(latch);
   }
-  // On Zen 4, as many blocks a pass as pays (blocksPerPass): interleaving
+  // On Zen 4, as many blocks a pass as pays (RowShape): interleaving
   // lets the inline chains of one block run beside another's, but every
   // vector live across a vector math call is spilled, and a pass holds each
   // block's. One thread,
@@ -491,7 +482,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   // 298), 2^24 elements: 1.06-1.09 one, 1.40-1.42 two or four.
   const bool longChains = cost.instructions >= kInstructionsPerCall * (cost.calls + 1);
   const bool fewSpills = cost.calls * P <= kMaxCallsTimesSlots;
-  const unsigned perPass = longChains && fewSpills ? blocksPerPass(o.cpu) : 1;
+  const unsigned perPass = longChains && fewSpills ? o.rowShape.blocksPerPass : 1;
   b.SetInsertPoint(fullBlocks);
   Value *fullLeft = b.CreateSub(totalFull, done);
   if (perPass == 1) {

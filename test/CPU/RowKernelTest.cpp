@@ -11,6 +11,7 @@
 #include "RequireJit.h"
 
 #include "Program/RowPlan.h"
+#include "CPU/RowCalibration.h"
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
 
@@ -250,9 +251,44 @@ TEST_CASE("row kernels: batch-major layers with a pattern give the nodes-major b
 
 namespace {
 
-// Row kernels run one block a pass or several (RowKernel.cpp's
-// blocksPerPass, by CPU): AOT objects for a CPU of each kind that this host
-// can run, batch-major against nodes-major for that CPU, bit for bit.
+// Batch-major AOT objects against nodes-major ones, bit for bit, over
+// forward, backward and fused.
+template <class T> void expectRowsMatch(const AotLayer<T> &nm, const AotLayer<T> &bm, size_t nodes, size_t batch) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> pick(-6, 6);
+  std::vector<T> z(nodes * batch), err(nodes * batch);
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = T(pick(rng)), err[i] = T(pick(rng));
+  std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch);
+  std::vector<T> a(z.size()), d(z.size()), ab(z.size()), db(z.size());
+  nm.forward(z.data(), a.data(), int64_t(batch), nm.params);
+  bm.forward(zb.data(), ab.data(), int64_t(batch), bm.params);
+  expectSameBits(transposed(ab, batch, nodes), a, "forward");
+  nm.backward(z.data(), err.data(), d.data(), int64_t(batch), nm.params);
+  bm.backward(zb.data(), eb.data(), db.data(), int64_t(batch), bm.params);
+  expectSameBits(transposed(db, batch, nodes), d, "backward");
+  nm.fused(z.data(), a.data(), d.data(), int64_t(batch), nm.params);
+  bm.fused(zb.data(), ab.data(), db.data(), int64_t(batch), bm.params);
+  expectSameBits(transposed(ab, batch, nodes), a, "fused value");
+  expectSameBits(transposed(db, batch, nodes), d, "fused derivative");
+}
+
+// Every row-kernel shape the host JIT may measure best (RowShape.h), on
+// this host's CPU, bit for bit against nodes-major.
+template <class T> void checkRowShapes(const Shape &shape) {
+  static int count = 0;
+  AotLayer<T> nm = loadAot<T>(fmt::format("shape_n_{}", count), shape.nodes, Layout::NodesMajor);
+  for (const detail::RowShape &rs : detail::candidateRowShapes()) {
+    CAPTURE(detail::to_string(rs));
+    AotLayer<T> bm = loadAot<T>(fmt::format("shape_b_{}", count++), shape.nodes, Layout::BatchMajor,
+                                {.rowShape = detail::to_string(rs)});
+    expectRowsMatch(nm, bm, shape.nodes.size(), 41);
+  }
+}
+
+// Row kernels run one block a pass or several (RowShape.h's fixed shapes,
+// by CPU): AOT objects for a CPU of each kind that this host can run,
+// batch-major against nodes-major for that CPU, bit for bit.
 template <class T> void checkOtherCpus(const Shape &shape) {
   struct Cpu {
     const char *name;
@@ -273,13 +309,6 @@ template <class T> void checkOtherCpus(const Shape &shape) {
 #else
   const std::vector<Cpu> cpus;
 #endif
-  const size_t nodes = shape.nodes.size(), batch = 41;
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> pick(-6, 6);
-  std::vector<T> z(nodes * batch), err(nodes * batch);
-  for (size_t i = 0; i < z.size(); ++i)
-    z[i] = T(pick(rng)), err[i] = T(pick(rng));
-  std::vector<T> zb = transposed(z, nodes, batch), eb = transposed(err, nodes, batch);
   static int count = 0;
   for (const Cpu &cpu : cpus) {
     CAPTURE(cpu.name);
@@ -289,17 +318,7 @@ template <class T> void checkOtherCpus(const Shape &shape) {
     }
     AotLayer<T> nm = loadAot<T>(fmt::format("cpu_n_{}", count), shape.nodes, Layout::NodesMajor, {.cpu = cpu.name});
     AotLayer<T> bm = loadAot<T>(fmt::format("cpu_b_{}", count++), shape.nodes, Layout::BatchMajor, {.cpu = cpu.name});
-    std::vector<T> a(z.size()), d(z.size()), ab(z.size()), db(z.size());
-    nm.forward(z.data(), a.data(), int64_t(batch), nm.params);
-    bm.forward(zb.data(), ab.data(), int64_t(batch), bm.params);
-    expectSameBits(transposed(ab, batch, nodes), a, "forward");
-    nm.backward(z.data(), err.data(), d.data(), int64_t(batch), nm.params);
-    bm.backward(zb.data(), eb.data(), db.data(), int64_t(batch), bm.params);
-    expectSameBits(transposed(db, batch, nodes), d, "backward");
-    nm.fused(z.data(), a.data(), d.data(), int64_t(batch), nm.params);
-    bm.fused(zb.data(), ab.data(), db.data(), int64_t(batch), bm.params);
-    expectSameBits(transposed(ab, batch, nodes), a, "fused value");
-    expectSameBits(transposed(db, batch, nodes), d, "fused derivative");
+    expectRowsMatch(nm, bm, shape.nodes.size(), 41);
   }
 }
 
@@ -312,6 +331,24 @@ TEST_CASE("row kernels: one block a pass and several give the nodes-major bits, 
   REQUIRE(std::string(w1Like.name) == "period 8, 32 periods");
   checkOtherCpus<float>(w1Like);
   checkOtherCpus<double>(w1Like);
+}
+
+TEST_CASE("row kernels: every shape the host may measure best gives the nodes-major bits") {
+  REQUIRE_JIT();
+  const std::vector<Shape> all = shapes();
+  REQUIRE(std::string(all[6].name) == "period 4 of inline formulas, 29 periods");
+  for (const Shape &s : {all[0], all[6]}) { // vector math calls; inline only (several blocks a pass in f64 too)
+    CAPTURE(s.name);
+    checkRowShapes<float>(s);
+    checkRowShapes<double>(s);
+  }
+}
+
+TEST_CASE("an AOT row shape that is not BxP is an error naming it") {
+  auto art = compileLayerAot("bad_shape", {{"relu", {}}}, DType::F32, Layout::BatchMajor, {.rowShape = "4x100"});
+  REQUIRE_FALSE(art);
+  CHECK(art.error().message() == "row shape '4x100' is not BxP (B blocks a pass: 1, 2 or 4; P bytes prefetched "
+                                 "ahead: 0 to 65536, a multiple of 64), e.g. 4x4096");
 }
 
 TEST_CASE("row kernels: scattered formulas keep the tile transposes") {

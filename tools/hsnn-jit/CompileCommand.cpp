@@ -26,7 +26,7 @@ namespace {
 
 constexpr const char *kCompileHelp =
     R"(usage: hsnn-jit compile SPEC.json --emit obj|asm|llvm-ir|header|ptx|cubin [-o OUT]
-                        [--target TRIPLE] [--cpu NAME] [--gpu-arch sm_XY]
+                        [--target TRIPLE] [--cpu NAME] [--row-shape BxP] [--gpu-arch sm_XY]
                         [--bake-constants] [-O0|-O1|-O2|-O3] [--progress] [-v]
 
 Compiles a layer or loss described in SPEC.json ahead of time:
@@ -43,7 +43,11 @@ obj + header give C entry points that need no LLVM, TBB or hsnn at link time
 --gpu-arch (what LLVM 19 knows, sm_50..sm_90a; default sm_80), no GPU needed; cubin runs ptxas on
 it. OUT defaults to NAME.o, NAME.s, NAME.ll, NAME.h, NAME.ptx or NAME.cubin;
 -o - writes to standard output. --target takes x86_64 and aarch64 triples;
---cpu defaults to this machine's CPU. Unknown keys in SPEC are errors.
+--cpu defaults to this machine's CPU. Batch-major layers' row kernels take
+the shape measured best for --cpu's kind of machine (the host JIT measures
+its own); --row-shape BxP fixes it: B blocks a pass (1, 2 or 4), P bytes
+prefetched ahead (0 to 65536, a multiple of 64), e.g. 4x4096; the shape
+changes the speed, never the results. Unknown keys in SPEC are errors.
 Code generation shows a progress bar on a terminal once it has taken a
 second; --progress also reports it on a pipe or file, a line per tenth.
 )";
@@ -399,11 +403,11 @@ int runCompile(std::span<const std::string_view> args) {
       out = value();
       if (!out)
         return usageError("compile", "-o needs a file name");
-    } else if (a == "--target" || a == "--cpu") {
+    } else if (a == "--target" || a == "--cpu" || a == "--row-shape") {
       auto v = value();
       if (!v)
         return usageError("compile", fmt::format("{} needs a value", a));
-      (a == "--target" ? o.triple : o.cpu) = *v;
+      (a == "--target" ? o.triple : a == "--cpu" ? o.cpu : o.rowShape) = *v;
     } else if (a == "--gpu-arch") {
       auto v = value();
       if (!v)
