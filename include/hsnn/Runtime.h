@@ -67,6 +67,21 @@ struct RuntimeInfo {
 
 const RuntimeInfo &runtimeInfo();
 
+/// The shape of cpu_jit's batch-major row kernels (blocks a pass x bytes
+/// prefetched ahead, e.g. "4x0"): chosen by timing the candidates on this
+/// host at the first batch-major compile that misses the cache, stored in
+/// the kernel cache; HSNN_ROW_SHAPE fixes one instead. Speed only: every
+/// shape gives the same bits.
+struct RowKernelShape {
+  std::string shape;  ///< Empty: not measured yet (and HSNN_ROW_SHAPE unset).
+  std::string source; ///< "HSNN_ROW_SHAPE", "measured on this host", or why there is none.
+  /// Measured: each candidate's time on the probe layer (ms, forward +
+  /// backward), one "SHAPE MS" a line.
+  std::string timings;
+};
+/// What a batch-major compile would use now; measures nothing.
+RowKernelShape rowKernelShape();
+
 RuntimeFlags runtimeFlags();
 void setRuntimeFlags(const RuntimeFlags &flags);
 

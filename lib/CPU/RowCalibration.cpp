@@ -188,9 +188,22 @@ std::optional<std::pair<RowShape, std::string>> storedRowShape(const CacheConfig
   return std::pair{*shape, text};
 }
 
-RowShape loadOrCalibrateRowShape(const CacheConfig &config) {
+namespace {
+
+struct Chosen {
+  std::mutex mutex;
+  std::optional<RowShapeChoice> choice;
+};
+Chosen &chosen() {
+  static Chosen c;
+  return c;
+}
+
+} // namespace
+
+RowShapeChoice loadOrCalibrateRowShape(const CacheConfig &config) {
   if (auto stored = storedRowShape(config))
-    return stored->first;
+    return {stored->first, stored->second.substr(stored->second.find('\n') + 1), true};
   auto jit = HostJIT::get();
   const std::string cpu = jit ? (*jit)->target().cpu : "generic";
   auto calibration = calibrateRowShapes();
@@ -199,30 +212,35 @@ RowShape loadOrCalibrateRowShape(const CacheConfig &config) {
       config.warn(fmt::format("row-kernel shapes could not be measured on this host ({}); batch-major layers use "
                               "the shape fixed for {}",
                               calibration.error().message(), cpu));
-    return fixedRowShape(cpu);
+    return {fixedRowShape(cpu), {}, false};
   }
-  std::string payload = to_string(calibration->best) + "\n";
-  std::string timings;
+  std::string timings, listed;
   for (const auto &[shape, ms] : calibration->timings) {
-    payload += fmt::format("{} {:.4f}\n", to_string(shape), ms);
-    timings += fmt::format("{}{} {:.3f}", timings.empty() ? "" : ", ", to_string(shape), ms);
+    timings += fmt::format("{} {:.4f}\n", to_string(shape), ms);
+    listed += fmt::format("{}{} {:.3f}", listed.empty() ? "" : ", ", to_string(shape), ms);
   }
+  std::string payload = to_string(calibration->best) + "\n" + timings;
   if (std::optional<ObjectCache> cache = ObjectCache::open(config))
     cache->store(CacheCategory::Cpu, entryKey((*jit)->target()), std::vector<char>(payload.begin(), payload.end()),
                  fmt::format("row-kernel shape for {}: {} (measured in {:.0f} ms after {:.0f} ms compiling; probe "
                              "forward+backward ms: {})",
                              cpu, to_string(calibration->best), calibration->measureMs, calibration->compileMs,
-                             timings));
-  return calibration->best;
+                             listed));
+  return {calibration->best, timings, true};
 }
 
 RowShape hostRowShape(const CacheConfig &config) {
-  static std::mutex mutex;
-  static std::optional<RowShape> chosen;
-  std::lock_guard lock(mutex);
-  if (!chosen)
-    chosen = loadOrCalibrateRowShape(config);
-  return *chosen;
+  Chosen &c = chosen();
+  std::lock_guard lock(c.mutex);
+  if (!c.choice)
+    c.choice = loadOrCalibrateRowShape(config);
+  return c.choice->shape;
+}
+
+std::optional<RowShapeChoice> processRowShape() {
+  Chosen &c = chosen();
+  std::lock_guard lock(c.mutex);
+  return c.choice;
 }
 
 } // namespace hsnn::detail

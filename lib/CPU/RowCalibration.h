@@ -46,14 +46,22 @@ Expected<RowCalibration> calibrateRowShapes();
 /// also keys the cache. Nullopt when unset; an error when malformed.
 Expected<std::optional<RowShape>> rowShapeOverride();
 
+struct RowShapeChoice {
+  RowShape shape;
+  std::string timings; ///< Measured: "SHAPE MS\n" per candidate; else empty.
+  bool measured = false; ///< False: fixedRowShape, the host could not be measured.
+};
+
 /// The host's shape: as stored in the cache at `config` by an earlier
 /// calibration on this host (same CPU, features, hsnn and LLVM), else
 /// calibrated now and stored. If calibrating fails, fixedRowShape(cpu),
 /// with a warning, not stored.
-RowShape loadOrCalibrateRowShape(const CacheConfig &config);
+RowShapeChoice loadOrCalibrateRowShape(const CacheConfig &config);
 /// loadOrCalibrateRowShape once per process (with no cache, that is a
 /// calibration per process).
 RowShape hostRowShape(const CacheConfig &config);
+/// What hostRowShape chose in this process, if it has been asked.
+std::optional<RowShapeChoice> processRowShape();
 
 /// What hostRowShape would read, without measuring: the stored shape and
 /// the entry's text (the shape, then a line per candidate: shape and ms),

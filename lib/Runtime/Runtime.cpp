@@ -2,6 +2,8 @@
 #include "hsnn/Runtime.h"
 
 #include "CPU/HostJIT.h"
+#include "CPU/RowCalibration.h"
+#include "LayerState.h"
 #include "CPU/SharedObject.h"
 #include "CodeGenModule/CodeGenModule.h"
 #include "CUDA/Driver.h"
@@ -146,6 +148,39 @@ const RuntimeInfo &runtimeInfo() {
     return i;
   }();
   return info;
+}
+
+RowKernelShape rowKernelShape() {
+  RowKernelShape out;
+  auto fixed = detail::rowShapeOverride();
+  if (!fixed) {
+    out.source = fixed.error().message();
+    return out;
+  }
+  if (*fixed) {
+    out.shape = detail::to_string(**fixed);
+    out.source = "HSNN_ROW_SHAPE";
+    return out;
+  }
+  if (!runtimeInfo().cpuJitEnabled) {
+    out.source = "no cpu_jit here";
+    return out;
+  }
+  if (auto chosen = detail::processRowShape()) {
+    out.shape = detail::to_string(chosen->shape);
+    out.source = chosen->measured ? "measured on this host" : "fixed for this CPU: it could not be measured";
+    out.timings = chosen->timings;
+    return out;
+  }
+  auto stored = detail::storedRowShape(detail::cacheConfig());
+  if (!stored) {
+    out.source = "not measured yet: measured at the first batch-major compile that misses the cache";
+    return out;
+  }
+  out.shape = detail::to_string(stored->first);
+  out.source = "measured on this host";
+  out.timings = stored->second.substr(stored->second.find('\n') + 1);
+  return out;
 }
 
 RuntimeFlags runtimeFlags() {

@@ -120,7 +120,9 @@ TEST_CASE("the host's shape is stored in the cache, read back, and measured agai
   REQUIRE_JIT();
   TempCache cache;
   CHECK_FALSE(storedRowShape(configFor(cache)).has_value());
-  RowShape measured = loadOrCalibrateRowShape(configFor(cache));
+  RowShapeChoice first = loadOrCalibrateRowShape(configFor(cache));
+  CHECK(first.measured);
+  const RowShape measured = first.shape;
   auto stored = storedRowShape(configFor(cache));
   REQUIRE(stored.has_value());
   CHECK(stored->first == measured);
@@ -138,8 +140,9 @@ TEST_CASE("the host's shape is stored in the cache, read back, and measured agai
     f.put('#');
   }
   CHECK_FALSE(storedRowShape(configFor(cache)).has_value());
-  loadOrCalibrateRowShape(configFor(cache));
+  CHECK(loadOrCalibrateRowShape(configFor(cache)).measured);
   CHECK(storedRowShape(configFor(cache)).has_value());
+  CHECK_FALSE(processRowShape().has_value()); // loadOrCalibrateRowShape holds nothing per process
 }
 
 TEST_CASE("a batch-major layer measures the host's shape on a miss only, and HSNN_ROW_SHAPE keys its objects") {

@@ -569,6 +569,7 @@ int runBench(std::span<const std::string_view> args) {
     }
     fmt::print("\n]");
     if (!ratios.empty()) {
+      fmt::print(", \"row_shape\": {}", jsonQuote(rowKernelShape().shape));
       fmt::print(", \"layout_ratios\": [");
       for (size_t i = 0; i < ratios.size(); ++i)
         fmt::print("{}\n  {{\"workload\": \"{}\", \"kind\": \"{}\", \"dtype\": \"{}\", \"batch_over_nodes\": {:.3f}, "
@@ -590,8 +591,8 @@ int runBench(std::span<const std::string_view> args) {
     fmt::print("}}\n");
     return Ok;
   }
-  fmt::print("cpu: {}, threads: {}, method: {}, device: {}, {} elements per workload\n", cpuModel(), threads,
-             to_string(o.method), deviceName, kElements);
+  fmt::print("cpu: {} ({}), threads: {}, method: {}, device: {}, {} elements per workload\n", cpuModel(),
+             runtimeInfo().cpuName, threads, to_string(o.method), deviceName, kElements);
   if (gpu)
     fmt::print("reference: cuMemcpyDtoD of the same bytes, measured after each kernel (\"stream ms\")\n");
   fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8} {:>11} {:>8}\n", "", "variant", "dtype", "ms", "GB/s", "stream ms", "x_limit");
@@ -602,7 +603,8 @@ int runBench(std::span<const std::string_view> args) {
     fmt::print("batch_major / nodes_major, the layers' calls alternating (median of {} pairs):", ratios[0].pairs);
     for (const LayoutRatio &r : ratios)
       fmt::print(" {} {} {} {:.3f};", r.workload, r.kind, r.dtype, r.ratio);
-    fmt::print("\n");
+    RowKernelShape rows = rowKernelShape();
+    fmt::print(" row kernels {}{}\n", rows.shape.empty() ? "" : rows.shape + ", ", rows.source);
   }
   if (compile.ran)
     fmt::print("compile (W1 layer, 256 nodes, forward+backward; fused kernels build at first use): cold {:.2f} ms (emit {:.2f}, optimise {:.2f}, "

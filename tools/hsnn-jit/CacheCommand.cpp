@@ -127,6 +127,7 @@ int runInfo(std::span<const std::string_view> args) {
       cacheBytes += e.bytes;
       ++cacheEntries;
     }
+  const RowKernelShape rows = i.cpuJitEnabled ? rowKernelShape() : RowKernelShape{"", "no cpu_jit here", ""};
   if (json) {
     std::string gpus;
     for (size_t k = 0; k < i.gpus.size(); ++k)
@@ -137,16 +138,25 @@ int runInfo(std::span<const std::string_view> args) {
                "\"cpu_jit_unavailable_reason\": {}, \"gpu_enabled\": {}, \"num_gpus\": {}, \"gpus\": [{}], "
                "\"cuda_driver_version\": {}, \"gpu_unavailable_reason\": {}, "
                "\"default_method\": \"{}\", \"use_kernel_cache\": {}, \"strict\": {}, \"cache_dir\": {}, "
-               "\"cache_entries\": {}, \"cache_bytes\": {}, \"cache_linker\": {}, \"code_generator\": {}}}\n",
+               "\"cache_entries\": {}, \"cache_bytes\": {}, \"cache_linker\": {}, \"code_generator\": {}, "
+               "\"row_shape\": {}, \"row_shape_source\": {}}}\n",
                jsonQuote(i.cpuName), i.cpuCapability, threads, i.cpuJitEnabled, jsonQuote(i.cpuJitUnavailableReason),
                i.gpuEnabled, i.numGpus, gpus, i.cudaDriverVersion, jsonQuote(i.gpuUnavailableReason),
                to_string(i.defaultMethod), f.useKernelCache, f.strict, jsonQuote(kernelCacheDir()), cacheEntries,
-               cacheBytes, jsonQuote(i.cacheLinker), jsonQuote(i.codeGenerator));
+               cacheBytes, jsonQuote(i.cacheLinker), jsonQuote(i.codeGenerator), jsonQuote(rows.shape),
+               jsonQuote(rows.source));
     return Ok;
   }
   fmt::print("cpu:            {} ({})\n", i.cpuName.empty() ? "unknown" : i.cpuName, i.cpuCapability);
   fmt::print("threads:        {}\n", threads);
   fmt::print("cpu_jit:        {}\n", i.cpuJitEnabled ? "available" : "unavailable: " + i.cpuJitUnavailableReason);
+  if (i.cpuJitEnabled) {
+    std::string timings = rows.timings;
+    for (size_t at = 0; (at = timings.find('\n', at)) != std::string::npos;)
+      timings.replace(at, 1, at + 1 == timings.size() ? "" : " ms, ");
+    fmt::print("row kernels:    {}{}\n", rows.shape.empty() ? "" : rows.shape + ", ", rows.source,
+               timings.empty() ? "" : " (probe forward+backward: " + timings + " ms)");
+  }
   if (!i.codeGenerator.empty())
     fmt::print("code generator: {}\n", i.codeGenerator);
   fmt::print("gpus:           {}\n", i.numGpus ? std::to_string(i.numGpus) : "none: " + i.gpuUnavailableReason);
