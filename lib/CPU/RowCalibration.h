@@ -22,9 +22,11 @@
 
 namespace hsnn::detail {
 
-/// The shapes a calibration times: 1, 2 and 4 blocks a pass, each with no
+/// The shapes a calibration times: 1 and 4 blocks a pass, each with no
 /// prefetch and with 4 KiB ahead (the distance measured best of 1-8 KiB
-/// where prefetching paid).
+/// where prefetching paid). Two blocks a pass was never the fastest in
+/// measurements on Zen 4 and an Intel VM, and each candidate costs a
+/// compile.
 std::vector<RowShape> candidateRowShapes();
 
 struct RowCalibration {
@@ -37,7 +39,7 @@ struct RowCalibration {
 
 /// Compiles the probe layer's row kernels (W1 of `hsnn-jit bench`: relu,
 /// sigmoid, tanh, gelu, silu, softplus, sin(num), 0.5*num+0.1 repeated, f32,
-/// 4096 x 256) in every candidate shape and times their forward and
+/// 16384 x 256) in every candidate shape and times their forward and
 /// backward calls alternating, on TBB's threads as layers run.
 Expected<RowCalibration> calibrateRowShapes();
 

@@ -61,7 +61,7 @@ TEST_CASE("row shapes read back as written and anything else is refused") {
     CAPTURE(bad);
     CHECK_FALSE(parseRowShape(bad).has_value());
   }
-  CHECK(candidateRowShapes().size() == 6);
+  CHECK(candidateRowShapes().size() == 4);
 }
 
 TEST_CASE("HSNN_ROW_SHAPE fixes the shape and a malformed one is an error naming it") {
