@@ -9,7 +9,8 @@ PACKAGES=(
   llvm-19-dev libzstd-dev zlib1g-dev
   libtbb-dev libfmt-dev doctest-dev nlohmann-json3-dev
   clang-19 libclang-rt-19-dev
-  python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch python3-sklearn python3-matplotlib python3-mpmath
+  python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev python3-sklearn python3-matplotlib
+  python3-mpmath
   python3-venv python3-pip python3-setuptools python3-wheel
 )
 missing=()

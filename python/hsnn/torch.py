@@ -21,6 +21,11 @@ import torch
 from . import _core
 from . import ActivationLayer as _Layer, Loss as _Loss
 
+try:  # the C++ autograd function for small CPU tensors, where it was built (libtorch's headers)
+    from . import _torch as _ext
+except ImportError:
+    _ext = None
+
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 
 
@@ -72,6 +77,8 @@ class _Node:
         self.layer = layer
         self._d = self._t = None
         self.perm = self.cpart = None  # set on a tangent node
+        # hsnn._torch's backward when it must be differentiable (create_graph)
+        self.slow_backward = lambda z, grad: _Backward.apply(z, None, grad, self)
 
     @property
     def d(self):
@@ -260,7 +267,13 @@ class HeteroActivation(torch.nn.Module):
         _hsnn_dtype(z, "the input")
         if z.dim() != 2 or z.shape[1] != self.num_nodes:
             raise ValueError(f"the input has shape {tuple(z.shape)}; expected (batch, {self.num_nodes})")
-        return _Apply.apply(z, self.constants if self.trainable else None, self._node(z))
+        node = self._node(z)
+        # Small CPU tensors: one C++ autograd function (the Python one's glue
+        # was half the call at 32 x 64); larger ones: pooled results below.
+        if _ext is not None and not self.trainable and not z.is_cuda and z.is_contiguous() and \
+                z.numel() * z.element_size() < _POOLED_BYTES:
+            return _ext.hetero_apply(z, node.layer, node.slow_backward)
+        return _Apply.apply(z, self.constants if self.trainable else None, node)
 
     def derivative(self, z, order=1):
         """f^(order)(z), per node, as a tensor differentiable again (to any order)."""

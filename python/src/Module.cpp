@@ -15,6 +15,7 @@
 #include "Bindings.h"
 #include "DeviceArrays.h"
 #include "OutputPool.h"
+#include "RawRun.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -414,6 +415,41 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
 
 } // namespace
 
+// hsnn._torch's way into a layer (RawRun.h): the tensors' own memory, no
+// NumPy arrays made. Called with the GIL held; released around the kernel.
+int rawRun(PyObject *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1, int64_t batch,
+           char *message, size_t messageSize) {
+  auto fail = [&](const std::string &m) {
+    std::snprintf(message, messageSize, "%s", m.c_str());
+    return 1;
+  };
+  try {
+    const ActivationLayer &l = py::handle(layer).cast<const PyLayer &>().get();
+    if ((l.dtype() == DType::F64) != bool(f64))
+      return fail(std::string("the layer is ") + std::string(to_string(l.dtype())) + "; the tensor is not");
+    const size_t n = l.numNodes() * size_t(batch);
+    Error e;
+    {
+      py::gil_scoped_release unlocked;
+      auto run = [&](auto *type) {
+        using T = std::remove_pointer_t<decltype(type)>;
+        std::span<const T> zs(static_cast<const T *>(z), n);
+        if (kind == 0)
+          return l.forward(zs, std::span<T>(static_cast<T *>(o0), n), size_t(batch));
+        if (kind == 1)
+          return l.backward(zs, std::span<const T>(static_cast<const T *>(err), n),
+                            std::span<T>(static_cast<T *>(o0), n), size_t(batch));
+        return l.fused(zs, std::span<T>(static_cast<T *>(o0), n), std::span<T>(static_cast<T *>(o1), n),
+                       size_t(batch));
+      };
+      e = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
+    }
+    return e ? fail(e.message()) : 0;
+  } catch (const std::exception &ex) {
+    return fail(ex.what());
+  }
+}
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hsnn: formulas to fast numeric kernels (the C++ engine's Python bindings)";
   m.attr("__version__") = HSNN_PYTHON_VERSION;
@@ -650,6 +686,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("_min_pooled_bytes") = python::kMinPooledBytes;
   m.def("_pooled_bytes", &python::pooledBytes, "bytes of freed results waiting for reuse");
   m.def("_multiply", &python::multiply, py::arg("a"), py::arg("b"), "a * b into a pooled array, on TBB's threads");
+  m.def("_raw_run", [] { python::RawRunFn fn = &rawRun;
+    return py::capsule(reinterpret_cast<void *>(fn), python::kRawRunCapsule);
+  },
+        "for hsnn._torch: a capsule holding the C entry that runs a layer on raw host arrays (RawRun.h)");
   python::bindFunctions(m);
   python::bindBackends(m);
 }

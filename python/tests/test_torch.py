@@ -131,3 +131,30 @@ def test_trainable_loss_constants_pass_gradcheck():
         c = loss.constants.detach().clone().requires_grad_()
         f = lambda p, cc: ht._LossValue.apply(p, yt, cc, loss._node(p), reduction)
         assert torch.autograd.gradcheck(f, (yp, c)), reduction
+
+
+W1 = ["relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "sin(num)", "0.5*num+0.1"]
+
+
+@pytest.mark.skipif(ht._ext is None, reason="hsnn._torch not built here (needs Debian's libtorch-dev)")
+def test_small_cpu_tensors_take_the_cpp_function_with_the_python_functions_results():
+    act = ht.HeteroActivation([W1[j % 8] for j in range(64)])
+    for dtype in (torch.float32, torch.float64):
+        x = (torch.rand(32, 64, dtype=dtype) * 8 - 4).requires_grad_()
+        g = torch.rand(32, 64, dtype=dtype)
+        y = act(x)
+        assert y.grad_fn.name().endswith("HeteroApply>")
+        y.backward(g)
+        x2 = x.detach().clone().requires_grad_()
+        y2 = ht._Apply.apply(x2, None, act._node(x2))  # the Python function larger tensors take
+        y2.backward(g)
+        assert torch.equal(y, y2) and torch.equal(x.grad, x2.grad)
+        # create_graph: a backward built of hsnn kernels again, differentiable once more
+        (d1,) = torch.autograd.grad(act(x), x, g, create_graph=True)
+        (d2,) = torch.autograd.grad(ht._Apply.apply(x2, None, act._node(x2)), x2, g, create_graph=True)
+        assert torch.equal(d1, d2) and d1.requires_grad
+        assert torch.equal(torch.autograd.grad(d1.sum(), x)[0], torch.autograd.grad(d2.sum(), x2)[0])
+    big = torch.zeros(1024, 64, requires_grad=True)  # 256 KiB: pooled results, the Python function
+    assert not act(big).grad_fn.name().endswith("HeteroApply>")
+    assert torch.autograd.gradcheck(act, (torch.rand(3, 64, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradgradcheck(act, (torch.rand(3, 64, dtype=torch.float64, requires_grad=True),))
