@@ -68,10 +68,15 @@ PYBIND11_MODULE(_torch, m) {
   rawRun = reinterpret_cast<hsnn::python::RawRunFn>(entry.get_pointer());
   m.def(
       "hetero_apply",
-      [](const torch::Tensor &z, const py::object &layer, const py::object &slowBackward) {
-        return HeteroApply::apply(z, layer.ptr(), slowBackward);
+      [](const torch::Tensor &z, const py::object &layer, const py::object &slowBackward, int64_t nodes,
+         int64_t maxBytes) -> py::object {
+        // Anything else goes the Python way, which checks and explains.
+        if (!z.device().is_cpu() || z.dim() != 2 || z.size(1) != nodes || !z.is_contiguous() ||
+            int64_t(z.nbytes()) >= maxBytes || (z.scalar_type() != torch::kFloat32 && z.scalar_type() != torch::kFloat64))
+          return py::none();
+        return py::cast(HeteroApply::apply(z, layer.ptr(), slowBackward));
       },
-      py::arg("z"), py::arg("layer"), py::arg("slow_backward"),
-      "f(z) for a contiguous (batch, nodes) CPU tensor of the layer's dtype; backward grad * f'(z), or "
-      "slow_backward(z, grad) when it must be differentiable");
+      py::arg("z"), py::arg("layer"), py::arg("slow_backward"), py::arg("nodes"), py::arg("max_bytes"),
+      "f(z) for a contiguous (batch, nodes) CPU tensor of the layer's dtype under max_bytes, else None; "
+      "backward grad * f'(z), or slow_backward(z, grad) when it must be differentiable");
 }
