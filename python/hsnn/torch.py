@@ -238,7 +238,7 @@ class HeteroActivation(torch.nn.Module):
             raise ValueError("HeteroActivation needs at least one formula")
         probe = _Layer(self.formulas, dtype="float32", layout="batch_major", method="cpu_interp")  # errors now
         self.trainable = trainable
-        self._fast = {} if _ext is not None and not trainable else None  # CPU nodes by dtype, for hsnn._torch
+        self._fast = {} if _ext is not None and not trainable else None  # CPU layers by dtype, for hsnn._torch
         self.params_layout = [(n, name) for n in range(probe.num_nodes) for name in probe.constant_names(n)]
         constants = torch.tensor(probe.params, dtype=dtype or torch.float64, device=device)
         if trainable:
@@ -263,7 +263,7 @@ class HeteroActivation(torch.nn.Module):
                            gpu_id=z.device.index or 0 if z.is_cuda else 0)
             node = self._nodes[key] = _Node(layer)
             if self._fast is not None and not z.is_cuda:
-                self._fast[z.dtype] = node
+                self._fast[z.dtype] = _ext.Fast(layer, node.slow_backward, self.num_nodes, _POOLED_BYTES)
         return node
 
     def forward(self, z):
@@ -272,7 +272,7 @@ class HeteroActivation(torch.nn.Module):
         # the call at 32 x 64); it answers None for anything else.
         fast = self._fast.get(z.dtype) if self._fast is not None else None
         if fast is not None:
-            a = _ext.hetero_apply(z, fast.layer, fast.slow_backward, self.num_nodes, _POOLED_BYTES)
+            a = _ext.hetero_apply(z, fast)
             if a is not None:
                 return a
         _hsnn_dtype(z, "the input")
@@ -280,7 +280,7 @@ class HeteroActivation(torch.nn.Module):
             raise ValueError(f"the input has shape {tuple(z.shape)}; expected (batch, {self.num_nodes})")
         node = self._node(z)
         if self._fast is not None and not z.is_cuda:  # a first call: the node is made now
-            a = _ext.hetero_apply(z, node.layer, node.slow_backward, self.num_nodes, _POOLED_BYTES)
+            a = _ext.hetero_apply(z, self._fast[z.dtype])
             if a is not None:
                 return a
         return _Apply.apply(z, self.constants if self.trainable else None, node)

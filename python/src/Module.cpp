@@ -415,40 +415,76 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
 
 } // namespace
 
-// hsnn._torch's way into a layer (RawRun.h): the tensors' own memory, no
-// NumPy arrays made. Called with the GIL held; released around the kernel.
-int rawRun(PyObject *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1, int64_t batch,
-           char *message, size_t messageSize) {
-  auto fail = [&](const std::string &m) {
-    std::snprintf(message, messageSize, "%s", m.c_str());
-    return 1;
-  };
+// hsnn._torch's way into layers and losses (RawRun.h): the tensors' own
+// memory, no NumPy arrays made, and no GIL once the object is found.
+namespace raw {
+
+int fail(char *message, size_t size, const char *what) {
+  std::snprintf(message, size, "%s", what);
+  return 1;
+}
+
+template <class Held> const void *objectOf(PyObject *object, char *message, size_t size) {
   try {
-    const ActivationLayer &l = py::handle(layer).cast<const PyLayer &>().get();
-    if ((l.dtype() == DType::F64) != bool(f64))
-      return fail(std::string("the layer is ") + std::string(to_string(l.dtype())) + "; the tensor is not");
-    const size_t n = l.numNodes() * size_t(batch);
-    Error e;
-    {
-      py::gil_scoped_release unlocked;
-      auto run = [&](auto *type) {
-        using T = std::remove_pointer_t<decltype(type)>;
-        std::span<const T> zs(static_cast<const T *>(z), n);
-        if (kind == 0)
-          return l.forward(zs, std::span<T>(static_cast<T *>(o0), n), size_t(batch));
-        if (kind == 1)
-          return l.backward(zs, std::span<const T>(static_cast<const T *>(err), n),
-                            std::span<T>(static_cast<T *>(o0), n), size_t(batch));
-        return l.fused(zs, std::span<T>(static_cast<T *>(o0), n), std::span<T>(static_cast<T *>(o1), n),
-                       size_t(batch));
-      };
-      e = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
-    }
-    return e ? fail(e.message()) : 0;
-  } catch (const std::exception &ex) {
-    return fail(ex.what());
+    return &py::handle(object).cast<const Held &>().get();
+  } catch (const std::exception &e) {
+    fail(message, size, e.what());
+    return nullptr;
   }
 }
+
+const void *layerOf(PyObject *object, char *message, size_t size) {
+  const void *l = objectOf<PyLayer>(object, message, size);
+  if (l && static_cast<const ActivationLayer *>(l)->layout() != Layout::BatchMajor) {
+    fail(message, size, "the layer is nodes_major; hsnn._torch runs batch_major layers");
+    return nullptr;
+  }
+  return l;
+}
+
+const void *lossOf(PyObject *object, char *message, size_t size) { return objectOf<PyLoss>(object, message, size); }
+
+template <class T> std::span<T> span(const void *p, size_t n) {
+  return {static_cast<T *>(const_cast<void *>(p)), n};
+}
+
+int runLayer(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1, int64_t batch,
+             char *message, size_t size) {
+  const auto &l = *static_cast<const ActivationLayer *>(layer);
+  if ((l.dtype() == DType::F64) != bool(f64))
+    return fail(message, size, (std::string("the layer is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
+  const size_t n = l.numNodes() * size_t(batch);
+  auto run = [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    if (kind == 0)
+      return l.forward(span<const T>(z, n), span<T>(o0, n), size_t(batch));
+    if (kind == 1)
+      return l.backward(span<const T>(z, n), span<const T>(err, n), span<T>(o0, n), size_t(batch));
+    return l.fused(span<const T>(z, n), span<T>(o0, n), span<T>(o1, n), size_t(batch));
+  };
+  Error e = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
+  return e ? fail(message, size, e.message().c_str()) : 0;
+}
+
+int runLossFused(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
+                 double *value, char *message, size_t size) {
+  const auto &l = *static_cast<const Loss *>(loss);
+  if ((l.dtype() == DType::F64) != bool(f64))
+    return fail(message, size, (std::string("the loss is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
+  auto run = [&](auto *type) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    return l.fused(span<const T>(yPred, size_t(n)), span<const T>(yTrue, size_t(n)), span<T>(grad, size_t(n)));
+  };
+  Expected<double> v = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
+  if (!v)
+    return fail(message, size, v.error().message().c_str());
+  *value = *v;
+  return 0;
+}
+
+constexpr python::RawEntries kEntries{layerOf, lossOf, runLayer, runLossFused};
+
+} // namespace raw
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hsnn: formulas to fast numeric kernels (the C++ engine's Python bindings)";
@@ -686,10 +722,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("_min_pooled_bytes") = python::kMinPooledBytes;
   m.def("_pooled_bytes", &python::pooledBytes, "bytes of freed results waiting for reuse");
   m.def("_multiply", &python::multiply, py::arg("a"), py::arg("b"), "a * b into a pooled array, on TBB's threads");
-  m.def("_raw_run", [] { python::RawRunFn fn = &rawRun;
-    return py::capsule(reinterpret_cast<void *>(fn), python::kRawRunCapsule);
+  m.def("_raw_run", [] {
+    return py::capsule(const_cast<python::RawEntries *>(&raw::kEntries), python::kRawRunCapsule);
   },
-        "for hsnn._torch: a capsule holding the C entry that runs a layer on raw host arrays (RawRun.h)");
+        "for hsnn._torch: a capsule holding the C entries that run layers and losses on raw host arrays (RawRun.h)");
   python::bindFunctions(m);
   python::bindBackends(m);
 }

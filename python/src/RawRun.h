@@ -1,6 +1,7 @@
-// The C entry hsnn._core hands hsnn._torch (as a capsule, _core._raw_run()):
-// run an ActivationLayer on host arrays given as raw pointers, so that the
-// torch extension needs neither hsnn's headers nor NumPy arrays per call.
+// The C entries hsnn._core hands hsnn._torch (as a capsule, _core._raw_run()):
+// run an ActivationLayer or a Loss on host arrays given as raw pointers, so
+// that the torch extension needs neither hsnn's headers nor NumPy arrays per
+// call, and its backward (on autograd's thread) no GIL.
 #pragma once
 
 #include <Python.h>
@@ -9,13 +10,23 @@
 
 namespace hsnn::python {
 
-inline constexpr const char *kRawRunCapsule = "hsnn._core.raw_run";
+inline constexpr const char *kRawRunCapsule = "hsnn._core.raw_entries";
 
-/// kind 0: o0 = f(z); 1: o0 = err * f'(z); 2: o0 = f(z), o1 = f'(z). `layer`
-/// is an hsnn._core.ActivationLayer in the batch-major layout, each array
-/// holds numNodes * batch elements of its dtype (f64: double, else float).
-/// Returns 0, or 1 with the error in `message`. Call with the GIL held.
-using RawRunFn = int (*)(PyObject *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1,
-                         int64_t batch, char *message, size_t messageSize);
+struct RawEntries {
+  /// The engine object behind an hsnn._core.ActivationLayer (batch-major) or
+  /// Loss, valid while that Python object lives; nullptr with the reason in
+  /// `message` for anything else. Call with the GIL held.
+  const void *(*layerOf)(PyObject *layer, char *message, size_t messageSize);
+  const void *(*lossOf)(PyObject *loss, char *message, size_t messageSize);
+  /// kind 0: o0 = f(z); 1: o0 = err * f'(z); 2: o0 = f(z), o1 = f'(z). Each
+  /// array holds numNodes * batch elements of its dtype (f64: double, else
+  /// float). Returns 0, or 1 with the error in `message`. No GIL needed.
+  int (*runLayer)(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1,
+                  int64_t batch, char *message, size_t messageSize);
+  /// The loss's fused kernel over n elements: *value = the reduced loss,
+  /// grad = its gradient (already scaled, as Loss::fused). No GIL needed.
+  int (*runLossFused)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
+                      double *value, char *message, size_t messageSize);
+};
 
 } // namespace hsnn::python
