@@ -33,6 +33,21 @@ def _median_ms(fn, reps):
     return sorted(times)[len(times) // 2]
 
 
+def _alternating_medians_us(fns, reps):
+    """Each callable's median time, the calls taken in turn (one rep of every
+    one, then the next rep), so that drift in the machine's speed falls on
+    all of them alike."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t) * 1e6)
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def python_overhead(reps, nodes=256, batch=65536):
     layer = _core.ActivationLayer([W1_FORMULAS[j % 8] for j in range(nodes)], dtype="float32")
     z = np.random.default_rng(1).uniform(-4, 4, (nodes, batch)).astype(np.float32)
@@ -111,12 +126,11 @@ def table_row(dtype, batch, nodes, reps):
     F = torch.nn.functional
     mse, bce = FormulaLoss("mse"), FormulaLoss("bce")
     row = {"dtype": dtype, "batch": batch, "nodes": nodes}
-    for name, fn in (("hsnn_us", lambda: step(act)), ("tanh_us", lambda: step(torch.tanh)),
-                     ("relu_us", lambda: step(torch.relu)), ("kernels_us", kernels),
-                     ("mse_us", lambda: loss_step(mse)), ("torch_mse_us", lambda: loss_step(F.mse_loss)),
-                     ("bce_us", lambda: loss_step(bce)),
-                     ("torch_bce_us", lambda: loss_step(F.binary_cross_entropy))):
-        row[name] = _median_ms(fn, reps) * 1e3
+    row.update(_alternating_medians_us({"hsnn_us": lambda: step(act), "tanh_us": lambda: step(torch.tanh),
+                                        "relu_us": lambda: step(torch.relu), "kernels_us": kernels}, reps))
+    row.update(_alternating_medians_us({"mse_us": lambda: loss_step(mse), "torch_mse_us": lambda: loss_step(F.mse_loss),
+                                        "bce_us": lambda: loss_step(bce),
+                                        "torch_bce_us": lambda: loss_step(F.binary_cross_entropy)}, reps))
     return row
 
 
@@ -166,7 +180,8 @@ def main(argv=None):
     elif t:
         print(t["skipped"])
     if result.get("table"):
-        print("forward + backward per call, median us (each row a fresh process; W1's 8 formulas over the nodes):")
+        print("forward + backward per call, median us (each row a fresh process, the calls taken in turn; W1's 8 formulas "
+              "over the nodes):")
         print(f"{'dtype':8} {'batch x nodes':>14} {'HeteroActivation':>17} {'torch.tanh':>11} {'torch.relu':>11} "
               f"{'its kernels':>12} {'vs tanh':>8} {'vs kernels':>11}")
         for r in result["table"]:

@@ -263,7 +263,7 @@ class HeteroActivation(torch.nn.Module):
                            gpu_id=z.device.index or 0 if z.is_cuda else 0)
             node = self._nodes[key] = _Node(layer)
             if self._fast is not None and not z.is_cuda:
-                self._fast[z.dtype] = _ext.Fast(layer, node.slow_backward, self.num_nodes, _POOLED_BYTES)
+                self._fast[z.dtype] = _ext.Fast(layer, node.slow_backward, self.num_nodes)
         return node
 
     def forward(self, z):
@@ -427,6 +427,7 @@ class FormulaLoss(torch.nn.Module):
         super().__init__()
         self.formula, self.initial, self.reduction, self.method = formula, dict(constants or {}), reduction, method
         self._nodes = {}
+        self._fast = {} if _ext is not None and not trainable and reduction != "none" else None  # for hsnn._torch
         probe = _Loss(formula, self.initial, reduction=reduction, dtype="float32", method="cpu_interp")
         self.trainable = trainable
         self.constant_names = probe.constant_names()
@@ -446,19 +447,36 @@ class FormulaLoss(torch.nn.Module):
             if y.is_cuda:
                 loss.set_gpu_id(y.device.index or 0)
             node = self._nodes[key] = _LossNode(loss, self.constant_names)
+            if self._fast is not None and not y.is_cuda:
+                mean = self.reduction == "mean"
+                slow = lambda yp, yt, g: g * (1.0 / yp.numel() if mean else 1.0) * _LossElements.apply(yp, yt, None,
+                                                                                                     node.d)
+                self._fast[y.dtype] = _ext.FastLoss(loss, slow)
         return node
 
     def forward(self, y_pred, y_true):
+        # Small contiguous CPU tensors: one C++ call and an autograd node
+        # (hsnn._torch), None for anything else, as HeteroActivation.
+        fast = self._fast.get(y_pred.dtype) if self._fast is not None else None
+        if fast is not None:
+            value = _ext.loss_apply(y_pred, y_true, fast)
+            if value is not None:
+                return value
         _hsnn_dtype(y_pred, "y_pred")
         if y_true.dtype != y_pred.dtype or y_true.shape != y_pred.shape or y_true.device != y_pred.device:
             raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}, {y_true.device}) must match y_pred "
                              f"({y_pred.dtype}, {tuple(y_pred.shape)}, {y_pred.device})")
-        return _LossValue.apply(y_pred, y_true, self.constants if self.trainable else None, self._node(y_pred),
-                                self.reduction)
+        node = self._node(y_pred)
+        if self._fast is not None and not y_pred.is_cuda:  # a first call: the node is made now
+            value = _ext.loss_apply(y_pred, y_true, self._fast[y_pred.dtype])
+            if value is not None:
+                return value
+        return _LossValue.apply(y_pred, y_true, self.constants if self.trainable else None, node, self.reduction)
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_nodes"] = {}
+        state["_fast"] = {} if state.get("_fast") is not None else None
         return state
 
     def extra_repr(self):

@@ -482,7 +482,17 @@ int runLossFused(const void *loss, int f64, const void *yPred, const void *yTrue
   return 0;
 }
 
-constexpr python::RawEntries kEntries{layerOf, lossOf, runLayer, runLossFused};
+void multiply(int f64, const void *a, const void *b, void *out, int64_t n) {
+  if (f64)
+    python::multiplyInto(static_cast<const double *>(a), static_cast<const double *>(b), static_cast<double *>(out),
+                         size_t(n));
+  else
+    python::multiplyInto(static_cast<const float *>(a), static_cast<const float *>(b), static_cast<float *>(out),
+                         size_t(n));
+}
+
+constexpr python::RawEntries kEntries{layerOf,   lossOf, runLayer, runLossFused, python::kMinPooledBytes,
+                                      python::takeData, python::giveData, multiply};
 
 } // namespace raw
 

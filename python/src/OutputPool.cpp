@@ -66,6 +66,9 @@ void give(void *block) {
 
 } // namespace
 
+void *takeData(size_t bytes) { return static_cast<char *>(take(bytes)) + kHeader; }
+void giveData(void *data) { give(static_cast<char *>(data) - kHeader); }
+
 py::array pooledArray(bool f32, const std::vector<py::ssize_t> &shape) {
   size_t count = 1;
   for (py::ssize_t d : shape)
@@ -93,6 +96,9 @@ template <class T> void multiplyInto(const T *a, const T *b, T *out, size_t n) {
       out[i] = a[i] * b[i];
   });
 }
+
+template void multiplyInto<float>(const float *, const float *, float *, size_t);
+template void multiplyInto<double>(const double *, const double *, double *, size_t);
 
 py::array multiply(const py::array &a, const py::array &b) {
   bool f32 = a.dtype().is(py::dtype::of<float>());

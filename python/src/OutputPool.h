@@ -32,6 +32,14 @@ pybind11::array pooledArray(bool f32, const std::vector<pybind11::ssize_t> &shap
 /// with them) and without NumPy's one thread.
 pybind11::array multiply(const pybind11::array &a, const pybind11::array &b);
 
+/// The pool's memory without an array, for hsnn._torch (RawRun.h): `bytes`
+/// 64-byte aligned, given back with giveData from any thread.
+void *takeData(size_t bytes);
+void giveData(void *data);
+
+/// out = a * b over n elements, on TBB's threads when large.
+template <class T> void multiplyInto(const T *a, const T *b, T *out, size_t n);
+
 /// Bytes waiting in the pool (tests).
 size_t pooledBytes();
 

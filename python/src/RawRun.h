@@ -27,6 +27,15 @@ struct RawEntries {
   /// grad = its gradient (already scaled, as Loss::fused). No GIL needed.
   int (*runLossFused)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
                       double *value, char *message, size_t messageSize);
+  /// Outputs of at least minPooledBytes come from _core's pool
+  /// (OutputPool.h): poolTake's memory (64-byte aligned) goes back with
+  /// poolGive, from any thread.
+  size_t minPooledBytes;
+  void *(*poolTake)(size_t bytes);
+  void (*poolGive)(void *data);
+  /// out = a * b over n elements (f64: double, else float), on TBB's
+  /// threads when large (OutputPool.h's multiply). No GIL needed.
+  void (*multiply)(int f64, const void *a, const void *b, void *out, int64_t n);
 };
 
 } // namespace hsnn::python

@@ -171,7 +171,50 @@ def test_small_cpu_tensors_take_the_cpp_function_with_the_python_functions_resul
         torch.autograd.grad(y, w, torch.ones_like(z), create_graph=True)
     with torch.no_grad():
         assert act(x).grad_fn is None
-    big = torch.zeros(1024, 64, requires_grad=True)  # 256 KiB: pooled results, the Python function
+    big = (torch.rand(64, 1024, requires_grad=True) * 8 - 4).t()  # not contiguous: the Python function
     assert act(big).grad_fn.name() != "HeteroActivationBackward"
+    bigc = big.detach().contiguous().requires_grad_()  # 256 KiB: pooled results, the product on TBB's threads
+    y = act(bigc)
+    assert y.grad_fn.name() == "HeteroActivationBackward" and torch.equal(y, act(big))
+    g = torch.rand(1024, 64)
+    assert torch.equal(torch.autograd.grad(y, bigc, g)[0], torch.autograd.grad(act(big), big, g)[0])
     assert torch.autograd.gradcheck(act, (torch.rand(3, 64, dtype=torch.float64, requires_grad=True),))
     assert torch.autograd.gradgradcheck(act, (torch.rand(3, 64, dtype=torch.float64, requires_grad=True),))
+
+
+@pytest.mark.skipif(ht._ext is None, reason="hsnn._torch not built here (needs Debian's libtorch-dev)")
+def test_small_cpu_losses_take_the_cpp_node_with_the_python_functions_results():
+    for reduction in ("mean", "sum"):
+        loss = ht.FormulaLoss("bce", reduction=reduction)
+        for dtype in (torch.float32, torch.float64):
+            p = (torch.rand(32, 64, dtype=dtype) * 0.98 + 0.01).requires_grad_()
+            t = torch.rand(32, 64, dtype=dtype)
+            v = loss(p, t)
+            assert v.grad_fn.name() == "FormulaLossBackward" and v.dtype == dtype and v.dim() == 0
+            p2 = p.detach().clone().requires_grad_()
+            v2 = ht._LossValue.apply(p2, t, None, loss._node(p2), reduction)  # the Python function
+            assert torch.equal(v, v2)
+            for upstream in (1.0, 0.37):
+                (g1,) = torch.autograd.grad(v, p, torch.tensor(upstream, dtype=dtype), retain_graph=True)
+                (g2,) = torch.autograd.grad(v2, p2, torch.tensor(upstream, dtype=dtype), retain_graph=True)
+                assert torch.equal(g1, g2), (reduction, dtype, upstream)
+            (d1,) = torch.autograd.grad(loss(p, t), p, create_graph=True)
+            (d2,) = torch.autograd.grad(ht._LossValue.apply(p2, t, None, loss._node(p2), reduction), p2,
+                                        create_graph=True)
+            assert torch.equal(d1, d2) and d1.requires_grad
+            assert torch.equal(torch.autograd.grad(d1.sum(), p)[0], torch.autograd.grad(d2.sum(), p2)[0])
+        p = torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05
+        t = torch.rand(3, 4, dtype=torch.float64)
+        assert torch.autograd.gradcheck(lambda x: loss(x, t), (p.requires_grad_(),))
+        assert torch.autograd.gradgradcheck(lambda x: loss(x, t), (p,))
+    loss = ht.FormulaLoss("mse")
+    big = torch.rand(64, 1024, requires_grad=True).t()  # not contiguous: the Python function
+    assert loss(big, torch.ones(1024, 64)).grad_fn.name() != "FormulaLossBackward"
+    bigc = big.detach().contiguous().requires_grad_()
+    v = loss(bigc, torch.ones(1024, 64))
+    assert v.grad_fn.name() == "FormulaLossBackward" and torch.equal(v, loss(big, torch.ones(1024, 64)))
+    assert torch.equal(torch.autograd.grad(v, bigc)[0], torch.autograd.grad(loss(big, torch.ones(1024, 64)), big)[0])
+    with pytest.raises(ValueError, match="must match y_pred"):  # refused by the C++ path, explained by Python's
+        loss(torch.rand(2, 3), torch.rand(3, 2))
+    with torch.no_grad():
+        assert loss(torch.rand(2, 3), torch.rand(2, 3)).grad_fn is None

@@ -1,10 +1,10 @@
-// hsnn._torch: HeteroActivation's forward and backward as one C++ autograd
-// function, for CPU tensors below hsnn.torch's pooled size. There the glue
-// of a Python torch.autograd.Function (12.5 us forward + backward for one
-// that only clones) was most of the call: 27 us at 32 x 64 against
-// torch.tanh's 14. Outputs come from PyTorch's allocator, the kernels run
-// on the tensors' memory through _core's raw entry (RawRun.h), and the
-// first-order backward is grad * f'(z) in PyTorch. A backward that must be
+// hsnn._torch: HeteroActivation and FormulaLoss on contiguous CPU tensors as
+// PyTorch's own ops are made: one C++ call that runs the kernel on the
+// tensors' memory (through _core's raw entries, RawRun.h) and attaches an
+// autograd Node holding what its backward needs. The Python
+// torch.autograd.Function it replaces cost 12.5 us of glue a call (27 us at
+// 32 x 64 against torch.tanh's 14). The first-order backward is
+// grad * f'(z), f' saved from the fused kernel; a backward that must be
 // differentiable (create_graph) calls back into hsnn.torch's Python
 // functions, which build it of hsnn kernels.
 #include "../RawRun.h"
@@ -44,8 +44,32 @@ struct Fast {
   py::object layer;   // keeps `engine` alive
   const void *engine; // the C++ layer behind it (RawRun.h)
   c10::intrusive_ptr<SlowBackward> slow;
-  int64_t nodes, maxBytes;
+  int64_t nodes;
 };
+
+// An output like `like`: from PyTorch's allocator when small, from _core's
+// pool when large (a fresh multi-MiB block is an mmap whose pages all fault
+// in on first write: OutputPool.h).
+torch::Tensor output(const torch::Tensor &like) {
+  const size_t bytes = like.nbytes();
+  if (bytes < entries->minPooledBytes)
+    return torch::empty_like(like, at::MemoryFormat::Contiguous);
+  return torch::from_blob(entries->poolTake(bytes), like.sizes(), [](void *data) { entries->poolGive(data); },
+                          like.options());
+}
+
+// grad * f': for large contiguous tensors on TBB's threads into a pooled
+// output (PyTorch's OpenMP threads spin after each op, where hsnn's next
+// kernel would compete with them).
+torch::Tensor times(const torch::Tensor &grad, const torch::Tensor &derivative) {
+  if (grad.scalar_type() != derivative.scalar_type() || !grad.is_contiguous() ||
+      !grad.sizes().equals(derivative.sizes()) || derivative.nbytes() < entries->minPooledBytes)
+    return grad * derivative;
+  torch::Tensor out = output(derivative);
+  entries->multiply(derivative.scalar_type() == torch::kFloat64, grad.data_ptr(), derivative.data_ptr(),
+                    out.data_ptr(), derivative.numel());
+  return out;
+}
 
 void check(int failed, const char *message) {
   if (failed)
@@ -66,7 +90,7 @@ struct HeteroBackward : torch::autograd::Node {
     if (!grads[0].defined())
       return {torch::Tensor()};
     if (!torch::GradMode::is_enabled()) // first order: grad * f'(z)
-      return {grads[0] * dfdz.unpack()};
+      return {times(grads[0], dfdz.unpack())};
     py::gil_scoped_acquire gil; // create_graph: hsnn.torch's differentiable backward
     return {slow->fn(z.unpack(), grads[0]).cast<torch::Tensor>()};
   }
@@ -78,7 +102,7 @@ struct HeteroBackward : torch::autograd::Node {
 };
 
 torch::Tensor heteroApply(const torch::Tensor &z, const Fast &fast) {
-  torch::Tensor a = torch::empty_like(z), dfdz = torch::empty_like(z);
+  torch::Tensor a = output(z), dfdz = output(z);
   char message[512];
   check(entries->runLayer(fast.engine, 2, z.scalar_type() == torch::kFloat64, z.data_ptr(), nullptr, a.data_ptr(),
                           dfdz.data_ptr(), z.size(0), message, sizeof message),
@@ -94,29 +118,84 @@ torch::Tensor heteroApply(const torch::Tensor &z, const Fast &fast) {
   return a;
 }
 
+// FormulaLoss (mean or sum) the same way: the fused kernel gives the value
+// and the gradient, already scaled, saved for the backward.
+struct FastLoss {
+  py::object loss;
+  const void *engine;
+  c10::intrusive_ptr<SlowBackward> slow;
+};
+
+struct LossBackward : torch::autograd::Node {
+  torch::autograd::SavedVariable yPred, yTrue, grad;
+  c10::intrusive_ptr<SlowBackward> slow;
+
+  std::string name() const override { return "FormulaLossBackward"; }
+
+  variable_list apply(variable_list &&grads) override {
+    if (!grads[0].defined())
+      return {torch::Tensor()};
+    if (!torch::GradMode::is_enabled()) { // an upstream 1 (loss.backward()) leaves the gradient as it is
+      torch::Tensor g = grad.unpack();
+      return {grads[0].item<double>() == 1.0 ? g : g * grads[0]};
+    }
+    py::gil_scoped_acquire gil;
+    return {slow->fn(yPred.unpack(), yTrue.unpack(), grads[0]).cast<torch::Tensor>()};
+  }
+
+  void release_variables() override {
+    yPred.reset_data();
+    yTrue.reset_data();
+    grad.reset_data();
+  }
+};
+
+torch::Tensor lossApply(const torch::Tensor &yPred, const torch::Tensor &yTrue, const FastLoss &fast) {
+  torch::Tensor grad = output(yPred);
+  double value = 0;
+  char message[512];
+  check(entries->runLossFused(fast.engine, yPred.scalar_type() == torch::kFloat64, yPred.data_ptr(), yTrue.data_ptr(),
+                              grad.data_ptr(), yPred.numel(), &value, message, sizeof message),
+        message);
+  torch::Tensor out = torch::scalar_tensor(value, yPred.options());
+  if (torch::autograd::compute_requires_grad(yPred)) {
+    auto node = std::shared_ptr<LossBackward>(new LossBackward(), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(yPred));
+    node->yPred = torch::autograd::SavedVariable(yPred, false);
+    node->yTrue = torch::autograd::SavedVariable(yTrue, false);
+    node->grad = torch::autograd::SavedVariable(grad, false);
+    node->slow = fast.slow;
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
+bool hostTensor(const torch::Tensor &t) {
+  return t.device().is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+
 } // namespace
 
 PYBIND11_MODULE(_torch, m) {
-  m.doc() = "hsnn.torch's C++ autograd function for small CPU tensors (HeteroFunction.cpp)";
+  m.doc() = "hsnn.torch's autograd nodes for contiguous CPU tensors (HeteroFunction.cpp)";
   py::capsule entry = py::module_::import("hsnn._core").attr("_raw_run")();
   entries = static_cast<const hsnn::python::RawEntries *>(entry.get_pointer());
-  py::class_<Fast>(m, "Fast", "a layer, its differentiable backward and the sizes hetero_apply takes")
-      .def(py::init([](py::object layer, py::object slowBackward, int64_t nodes, int64_t maxBytes) {
+  py::class_<Fast>(m, "Fast", "a layer, its differentiable backward and its number of nodes, for hetero_apply")
+      .def(py::init([](py::object layer, py::object slowBackward, int64_t nodes) {
              char message[512];
              const void *engine = entries->layerOf(layer.ptr(), message, sizeof message);
              if (!engine)
                throw py::value_error(message);
              return Fast{std::move(layer), engine, c10::make_intrusive<SlowBackward>(std::move(slowBackward)),
-                         nodes, maxBytes};
+                         nodes};
            }),
-           py::arg("layer"), py::arg("slow_backward"), py::arg("nodes"), py::arg("max_bytes"));
+           py::arg("layer"), py::arg("slow_backward"), py::arg("nodes"));
   m.def(
       "hetero_apply",
       [](const torch::Tensor &z, const Fast &fast) -> py::object {
         // Anything else goes the Python way, which checks and explains.
-        if (!z.device().is_cpu() || z.dim() != 2 || z.size(1) != fast.nodes || !z.is_contiguous() ||
-            int64_t(z.nbytes()) >= fast.maxBytes ||
-            (z.scalar_type() != torch::kFloat32 && z.scalar_type() != torch::kFloat64))
+        if (!hostTensor(z) || z.dim() != 2 || z.size(1) != fast.nodes)
           return py::none();
         torch::Tensor a;
         {
@@ -125,6 +204,30 @@ PYBIND11_MODULE(_torch, m) {
         }
         return py::cast(std::move(a));
       },
-      "f(z) for a contiguous (batch, nodes) CPU tensor of the layer's dtype under max_bytes, else None; "
+      "f(z) for a contiguous (batch, nodes) CPU tensor of the layer's dtype, else None; "
       "backward grad * f'(z), or slow_backward(z, grad) when it must be differentiable");
+  py::class_<FastLoss>(m, "FastLoss", "a mean or sum loss and its differentiable backward, for loss_apply")
+      .def(py::init([](py::object loss, py::object slowBackward) {
+             char message[512];
+             const void *engine = entries->lossOf(loss.ptr(), message, sizeof message);
+             if (!engine)
+               throw py::value_error(message);
+             return FastLoss{std::move(loss), engine, c10::make_intrusive<SlowBackward>(std::move(slowBackward))};
+           }),
+           py::arg("loss"), py::arg("slow_backward"));
+  m.def(
+      "loss_apply",
+      [](const torch::Tensor &yPred, const torch::Tensor &yTrue, const FastLoss &fast) -> py::object {
+        if (!hostTensor(yPred) || !hostTensor(yTrue) ||
+            yTrue.scalar_type() != yPred.scalar_type() || !yTrue.sizes().equals(yPred.sizes()) || yPred.numel() == 0)
+          return py::none();
+        torch::Tensor value;
+        {
+          py::gil_scoped_release unlocked;
+          value = lossApply(yPred, yTrue, fast);
+        }
+        return py::cast(std::move(value));
+      },
+      "the reduced loss of contiguous CPU tensors of one dtype and shape, else None; backward its "
+      "gradient (times grad unless 1), or slow_backward(y_pred, y_true, grad) when it must be differentiable");
 }
