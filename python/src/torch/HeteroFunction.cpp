@@ -9,6 +9,7 @@
 // functions, which build it of hsnn kernels.
 #include "../RawRun.h"
 
+#include <ATen/EmptyTensor.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/extension.h>
 
@@ -52,8 +53,8 @@ struct Fast {
 // in on first write: OutputPool.h).
 torch::Tensor output(const torch::Tensor &like) {
   const size_t bytes = like.nbytes();
-  if (bytes < entries->minPooledBytes)
-    return torch::empty_like(like, at::MemoryFormat::Contiguous);
+  if (bytes < entries->minPooledBytes) // straight to the CPU allocator: the dispatcher's empty_like took 0.85 us
+    return at::detail::empty_cpu(like.sizes(), like.scalar_type());
   return torch::from_blob(entries->poolTake(bytes), like.sizes(), [](void *data) { entries->poolGive(data); },
                           like.options());
 }
