@@ -115,6 +115,34 @@ private:
   RuntimeFlags saved_;
 };
 
+/// A thread pool of the application's that hsnn's CPU kernels may spread
+/// their work over instead of hsnn's own (TBB) threads: two pools on the
+/// same cores compete. PyTorch's OpenMP threads spin for a while after each
+/// op, and hsnn's kernels called between PyTorch ops ran up to 4x slower
+/// beside them (4096 x 256 f32, 2 cores); hsnn.torch hands PyTorch's pool.
+struct ParallelFor {
+  /// Calls body(ctx, begin, end) over disjoint ranges that cover
+  /// [0, tasks), of at least `grain` tasks where there are enough, and
+  /// returns when all are done. Must not throw.
+  void (*run)(void *pool, size_t tasks, size_t grain, void (*body)(void *ctx, size_t begin, size_t end),
+              void *ctx) = nullptr;
+  void *pool = nullptr;
+};
+
+/// While it lives, the kernels this thread calls spread their work with
+/// `pool` (a default ParallelFor: hsnn's threads); nested scopes restore
+/// the one they found.
+class ScopedParallelFor {
+public:
+  explicit ScopedParallelFor(const ParallelFor &pool);
+  ~ScopedParallelFor();
+  ScopedParallelFor(const ScopedParallelFor &) = delete;
+  ScopedParallelFor &operator=(const ScopedParallelFor &) = delete;
+
+private:
+  ParallelFor saved_;
+};
+
 /// Receives every warning (fallbacks, refused cache directories). The
 /// default prints "hsnn: warning: ..." to stderr. Returns the previous one.
 using WarningHandler = std::function<void(std::string_view)>;

@@ -8,10 +8,13 @@
 #pragma once
 
 #include "hsnn/Layer.h"
+#include "hsnn/Runtime.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <memory>
+#include <type_traits>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
@@ -23,6 +26,10 @@ namespace hsnn::detail {
 /// would cost more than it saves.
 inline constexpr size_t kSerialElements = 1 << 15;
 
+/// The pool this thread's kernels spread over (ScopedParallelFor); `run`
+/// null: TBB's.
+ParallelFor &threadParallelFor();
+
 template <class Body> void forBlocks(size_t tasks, size_t elementsPerTask, Body &&body) {
   if (tasks * elementsPerTask <= kSerialElements) {
     for (size_t t = 0; t < tasks; ++t)
@@ -30,6 +37,17 @@ template <class Body> void forBlocks(size_t tasks, size_t elementsPerTask, Body 
     return;
   }
   size_t grain = std::max<size_t>(1, kSerialElements / 4 / std::max<size_t>(1, elementsPerTask));
+  if (const ParallelFor &pool = threadParallelFor(); pool.run) {
+    using B = std::remove_reference_t<Body>;
+    pool.run(
+        pool.pool, tasks, grain,
+        [](void *ctx, size_t begin, size_t end) {
+          for (size_t t = begin; t != end; ++t)
+            (*static_cast<B *>(ctx))(t);
+        },
+        const_cast<void *>(static_cast<const void *>(std::addressof(body))));
+    return;
+  }
   tbb::parallel_for(tbb::blocked_range<size_t>(0, tasks, grain), [&](const tbb::blocked_range<size_t> &r) {
     for (size_t t = r.begin(); t != r.end(); ++t)
       body(t);

@@ -449,8 +449,9 @@ template <class T> std::span<T> span(const void *p, size_t n) {
 }
 
 int runLayer(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1, int64_t batch,
-             char *message, size_t size) {
+             python::RawParallelFor parallelFor, char *message, size_t size) {
   const auto &l = *static_cast<const ActivationLayer *>(layer);
+  ScopedParallelFor pool({parallelFor, nullptr});
   if ((l.dtype() == DType::F64) != bool(f64))
     return fail(message, size, (std::string("the layer is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
   const size_t n = l.numNodes() * size_t(batch);
@@ -467,8 +468,9 @@ int runLayer(const void *layer, int kind, int f64, const void *z, const void *er
 }
 
 int runLossFused(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
-                 double *value, char *message, size_t size) {
+                 double *value, python::RawParallelFor parallelFor, char *message, size_t size) {
   const auto &l = *static_cast<const Loss *>(loss);
+  ScopedParallelFor pool({parallelFor, nullptr});
   if ((l.dtype() == DType::F64) != bool(f64))
     return fail(message, size, (std::string("the loss is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
   auto run = [&](auto *type) {
@@ -482,17 +484,8 @@ int runLossFused(const void *loss, int f64, const void *yPred, const void *yTrue
   return 0;
 }
 
-void multiply(int f64, const void *a, const void *b, void *out, int64_t n) {
-  if (f64)
-    python::multiplyInto(static_cast<const double *>(a), static_cast<const double *>(b), static_cast<double *>(out),
-                         size_t(n));
-  else
-    python::multiplyInto(static_cast<const float *>(a), static_cast<const float *>(b), static_cast<float *>(out),
-                         size_t(n));
-}
-
-constexpr python::RawEntries kEntries{layerOf,   lossOf, runLayer, runLossFused, python::kMinPooledBytes,
-                                      python::takeData, python::giveData, multiply};
+constexpr python::RawEntries kEntries{layerOf,          lossOf,          runLayer, runLossFused, python::kMinPooledBytes,
+                                      python::takeData, python::giveData};
 
 } // namespace raw
 

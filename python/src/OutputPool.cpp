@@ -97,9 +97,6 @@ template <class T> void multiplyInto(const T *a, const T *b, T *out, size_t n) {
   });
 }
 
-template void multiplyInto<float>(const float *, const float *, float *, size_t);
-template void multiplyInto<double>(const double *, const double *, double *, size_t);
-
 py::array multiply(const py::array &a, const py::array &b) {
   bool f32 = a.dtype().is(py::dtype::of<float>());
   if (!(f32 || a.dtype().is(py::dtype::of<double>())) || !a.dtype().is(b.dtype()))

@@ -37,9 +37,6 @@ pybind11::array multiply(const pybind11::array &a, const pybind11::array &b);
 void *takeData(size_t bytes);
 void giveData(void *data);
 
-/// out = a * b over n elements, on TBB's threads when large.
-template <class T> void multiplyInto(const T *a, const T *b, T *out, size_t n);
-
 /// Bytes waiting in the pool (tests).
 size_t pooledBytes();
 

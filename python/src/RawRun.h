@@ -12,6 +12,11 @@ namespace hsnn::python {
 
 inline constexpr const char *kRawRunCapsule = "hsnn._core.raw_entries";
 
+/// A thread pool to run the kernels on (hsnn::ParallelFor's run; null:
+/// hsnn's own threads).
+using RawParallelFor = void (*)(void *pool, size_t tasks, size_t grain,
+                                void (*body)(void *ctx, size_t begin, size_t end), void *ctx);
+
 struct RawEntries {
   /// The engine object behind an hsnn._core.ActivationLayer (batch-major) or
   /// Loss, valid while that Python object lives; nullptr with the reason in
@@ -22,20 +27,17 @@ struct RawEntries {
   /// array holds numNodes * batch elements of its dtype (f64: double, else
   /// float). Returns 0, or 1 with the error in `message`. No GIL needed.
   int (*runLayer)(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1,
-                  int64_t batch, char *message, size_t messageSize);
+                  int64_t batch, RawParallelFor parallelFor, char *message, size_t messageSize);
   /// The loss's fused kernel over n elements: *value = the reduced loss,
   /// grad = its gradient (already scaled, as Loss::fused). No GIL needed.
   int (*runLossFused)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
-                      double *value, char *message, size_t messageSize);
+                      double *value, RawParallelFor parallelFor, char *message, size_t messageSize);
   /// Outputs of at least minPooledBytes come from _core's pool
   /// (OutputPool.h): poolTake's memory (64-byte aligned) goes back with
   /// poolGive, from any thread.
   size_t minPooledBytes;
   void *(*poolTake)(size_t bytes);
   void (*poolGive)(void *data);
-  /// out = a * b over n elements (f64: double, else float), on TBB's
-  /// threads when large (OutputPool.h's multiply). No GIL needed.
-  void (*multiply)(int f64, const void *a, const void *b, void *out, int64_t n);
 };
 
 } // namespace hsnn::python

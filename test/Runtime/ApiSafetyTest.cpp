@@ -342,3 +342,56 @@ TEST_CASE("a very large HSNN_NUM_THREADS is refused, and compile still works") {
   auto layer = ActivationLayer::compile({{"gelu", {}}});
   REQUIRE_OK_EXPECTED(layer);
 }
+
+namespace {
+// An application's pool: two std::threads over halves of the tasks, counting
+// its calls and the tasks it ran.
+struct CountingPool {
+  std::atomic<size_t> calls{0}, tasks{0};
+  static void run(void *pool, size_t tasks, size_t grain, void (*body)(void *, size_t, size_t), void *ctx) {
+    auto &self = *static_cast<CountingPool *>(pool);
+    self.calls++;
+    self.tasks += tasks;
+    CHECK(grain >= 1);
+    std::thread other([&] { body(ctx, tasks / 2, tasks); });
+    body(ctx, 0, tasks / 2);
+    other.join();
+  }
+};
+} // namespace
+
+TEST_CASE("a scoped ParallelFor runs this thread's kernels on the application's pool, with the same results") {
+  std::vector<NodeSpec> specs;
+  for (const char *f : {"relu", "tanh", "gelu", "sin(num)*alpha"})
+    specs.push_back({f, {{"alpha", 1.5}}});
+  const size_t nodes = specs.size(), batch = 1 << 15; // past the serial bound: the work is spread
+  std::vector<float> z(nodes * batch);
+  for (size_t i = 0; i < z.size(); ++i)
+    z[i] = float(i % 1000) / 125.0f - 4.0f;
+  for (Method m : {Method::CpuInterp, Method::CpuJit})
+    for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+      CAPTURE(int(m));
+      CAPTURE(int(layout));
+      auto layer = ActivationLayer::compile(specs, {.method = m, .layout = layout});
+      REQUIRE(layer);
+      std::vector<float> expected(z.size()), got(z.size()), other(z.size());
+      REQUIRE_OK(layer->forward(z, expected, batch));
+      CountingPool pool;
+      {
+        ScopedParallelFor scope({&CountingPool::run, &pool});
+        REQUIRE_OK(layer->forward(z, got, batch));
+        {
+          ScopedParallelFor inner({}); // hsnn's own threads again, then the pool once more
+          REQUIRE_OK(layer->forward(z, other, batch));
+        }
+        CHECK(pool.calls == 1);
+        REQUIRE_OK(layer->forward(z, other, batch));
+      }
+      CHECK(pool.calls == 2);
+      CHECK(pool.tasks > 2);
+      CHECK(std::memcmp(expected.data(), got.data(), z.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(expected.data(), other.data(), z.size() * sizeof(float)) == 0);
+      REQUIRE_OK(layer->forward(z, other, batch)); // out of scope: the pool is not called
+      CHECK(pool.calls == 2);
+    }
+}
