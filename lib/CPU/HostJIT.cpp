@@ -5,7 +5,7 @@
 // keeps, and loading one never runs the optimizer. Each loaded object gets
 // its own JITDylib, removed when the last layer using it goes away.
 //===----------------------------------------------------------------------===//
-#include "HostJIT.h"
+#include "CodeGen/HostJIT.h"
 
 #include "CodeGen/Pipeline.h"
 #include "CodeGenModule/ModuleParts.h"

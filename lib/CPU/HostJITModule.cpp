@@ -1,5 +1,5 @@
 //===- lib/CPU/HostJITModule.cpp - The host JIT, from the code generator --===//
-#include "HostJIT.h"
+#include "CodeGen/HostJIT.h"
 
 #include "CodeGenModule/CodeGenModule.h"
 

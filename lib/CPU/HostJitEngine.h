@@ -9,7 +9,7 @@
 #pragma once
 
 #include "Cache/ObjectCache.h"
-#include "HostJIT.h"
+#include "CodeGen/HostJIT.h"
 #include "Model/Engine.h"
 
 namespace hsnn::detail {

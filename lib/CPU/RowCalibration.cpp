@@ -2,7 +2,7 @@
 #include "RowCalibration.h"
 
 #include "HostId.h"
-#include "HostJIT.h"
+#include "CodeGen/HostJIT.h"
 #include "Model/CompiledModel.h"
 #include "Model/KernelRequests.h"
 #include "Program/Stopwatch.h"

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "Cache/ObjectCache.h"
-#include "HostJIT.h"
+#include "CodeGen/HostJIT.h"
 
 #include <chrono>
 #include <functional>

@@ -10,7 +10,7 @@
 #include "CodeGenToken.h"
 
 #if HSNN_HAS_NVPTX
-#include "PTXCompiler.h"
+#include "CodeGen/PTXCompiler.h"
 #endif
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 //===- lib/CUDA/PTX.cpp - PTX facts here, PTX code in the module ----------===//
-#include "PTXCompiler.h"
+#include "CodeGen/PTXCompiler.h"
 
 #include "CodeGenModule/CodeGenModule.h"
 

@@ -5,7 +5,7 @@
 // parsing costs ~22 ms per compile, lazy ~4 ms). The nvvm-reflect-ftz flag
 // follows the IEEE default: no flush-to-zero unless fast math is asked for.
 //===----------------------------------------------------------------------===//
-#include "PTXCompiler.h"
+#include "CodeGen/PTXCompiler.h"
 
 #include "CodeGenModule/ModuleParts.h"
 

@@ -14,8 +14,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "CPU/HostJIT.h"
-#include "CUDA/PTXCompiler.h"
+#include "CodeGen/HostJIT.h"
+#include "CodeGen/PTXCompiler.h"
 
 #include "hsnn/AOT.h"
 

@@ -1,7 +1,7 @@
 //===- lib/Runtime/Runtime.cpp - Configuration, environment, fallbacks ----===//
 #include "hsnn/Runtime.h"
 
-#include "CPU/HostJIT.h"
+#include "CodeGen/HostJIT.h"
 #include "CPU/RowCalibration.h"
 #include "LayerState.h"
 #include "CPU/SharedObject.h"
@@ -11,7 +11,7 @@
 #include "RunGuard.h"
 
 #if HSNN_HAS_NVPTX
-#include "CUDA/PTXCompiler.h"
+#include "CodeGen/PTXCompiler.h"
 #endif
 #include "Warn.h"
 

@@ -3,7 +3,7 @@
 
 #include "TestUtil.h"
 
-#include "CPU/HostJIT.h"
+#include "CodeGen/HostJIT.h"
 #include "hsnn/AOT.h"
 #include "hsnn/Layer.h"
 

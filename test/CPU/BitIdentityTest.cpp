@@ -10,7 +10,7 @@
 #include "AotLoad.h"
 #include "RequireJit.h"
 
-#include "CPU/HostJIT.h"
+#include "CodeGen/HostJIT.h"
 #include "hsnn/AOT.h"
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"

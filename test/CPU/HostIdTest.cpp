@@ -1,7 +1,7 @@
 // The host as identified without LLVM (lib/CPU/HostId.h): the same on every
 // core, and the vector width it implies is the one LLVM's features give.
 #include "CPU/HostId.h"
-#include "CPU/HostJIT.h"
+#include "CodeGen/HostJIT.h"
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,7 @@
 // sm_80 and sm_90, generated through NVPTX with libdevice and assembled by
 // ptxas (unresolved __nv_* calls only show up there).
 //===----------------------------------------------------------------------===//
-#include "CUDA/PTXCompiler.h"
+#include "CodeGen/PTXCompiler.h"
 #include "Model/CompiledModel.h"
 #include "TestUtil.h"
 

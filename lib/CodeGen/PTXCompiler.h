@@ -1,7 +1,9 @@
-//===- lib/CUDA/PTXCompiler.h - Kernels to PTX through NVPTX ----*- C++ -*-===//
+//===- lib/CodeGen/PTXCompiler.h - Kernels to PTX through NVPTX ----*- C++ -*-===//
 //
 // LLVM-free: compilePtx and ptxArchFor run in the code generator module
-// (CodeGenModule.h), the rest here.
+// (CodeGenModule.h, lib/CUDA/PTXCompiler.cpp), the rest in the cuda engine
+// (lib/CUDA/PTX.cpp). Here, below both, so that the module's table needs
+// nothing from the engines that load it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

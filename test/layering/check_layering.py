@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""hsnn's floors: no #include runs from a lower floor of lib/ up to a higher one.
+
+Each directory of lib/ sits on a floor; a file may include its own
+directory, the public headers (include/hsnn) and directories on floors
+below its own. The public headers include nothing of lib/. Run with the
+source tree's root (default: this file's ../..); prints every edge that
+breaks the rule and exits 1, or prints the floors checked and exits 0.
+"""
+import pathlib
+import re
+import sys
+
+# Low to high. A new directory of lib/ must be given a floor here.
+FLOORS = [
+    ["Expr", "Program", "Cache", "Backend"],  # formulas, tapes and the interpreter, the disk cache, device buffers
+    ["CodeGen"],        # kernel specs, the IR emitter and the code generators' LLVM-free interfaces
+    ["Model"],          # a compiled layer's or loss's formulas, units and kernels to request
+    ["CodeGenModule"],  # the table of the LLVM module (libhsnn-codegen.so) and its loader
+    ["CPU", "CUDA"],    # the engines that load it
+    ["Runtime"],        # the public API's implementation
+    ["AOT"],            # ahead-of-time objects, built on the runtime
+]
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def main(argv):
+    root = pathlib.Path(argv[1] if len(argv) > 1 else pathlib.Path(__file__).resolve().parents[2])
+    lib = root / "lib"
+    floor = {d: i for i, ds in enumerate(FLOORS) for d in ds}
+    problems = []
+    dirs = sorted(p.name for p in lib.iterdir() if p.is_dir())
+    for d in dirs:
+        if d not in floor:
+            problems.append(f"lib/{d}: not on any floor (add it to FLOORS in {pathlib.Path(__file__).name})")
+    sources = [p for p in lib.rglob("*") if p.suffix in (".h", ".cpp", ".def", ".inc", ".in")]
+    for src in sorted(sources):
+        own = src.relative_to(lib).parts[0]
+        for target in INCLUDE.findall(src.read_text(errors="replace")):
+            top = target.split("/")[0]
+            if "/" not in target or top == "hsnn" or top == own or top not in floor or own not in floor:
+                continue
+            if floor[top] >= floor[own]:
+                problems.append(f"{src.relative_to(root)}: includes \"{target}\": lib/{top} (floor {floor[top]}) is "
+                                f"not below lib/{own} (floor {floor[own]})")
+    for header in sorted((root / "include" / "hsnn").glob("*")):
+        for target in INCLUDE.findall(header.read_text(errors="replace")):
+            if target.split("/")[0] in floor:
+                problems.append(f"{header.relative_to(root)}: a public header includes \"{target}\" from lib/")
+    if problems:
+        print("\n".join(problems))
+        return 1
+    print("include floors hold: " + " < ".join("/".join(ds) for ds in FLOORS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
