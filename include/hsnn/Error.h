@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace hsnn {
 
@@ -33,14 +34,24 @@ public:
 
   static Error success() { return Error(); }
 
+  /// The same error naming the layer's nodes it is about.
+  Error withNodes(std::vector<int> nodes) && {
+    nodes_ = std::move(nodes);
+    return std::move(*this);
+  }
+
   explicit operator bool() const { return failed_; }
   ErrorCode code() const { return code_; }
   const std::string &message() const { return message_; }
+  /// A layer's formula errors: every failing node, in order (the message
+  /// reports a formula shared by many nodes once); empty otherwise.
+  const std::vector<int> &nodes() const { return nodes_; }
 
 private:
   bool failed_ = false;
   ErrorCode code_ = ErrorCode::Internal;
   std::string message_;
+  std::vector<int> nodes_;
 };
 
 namespace detail {

@@ -41,8 +41,11 @@ struct Diagnostic {
   std::string render() const;
 };
 
-/// Joins several diagnostics (all nodes of a layer) into one message.
+/// Joins several diagnostics (all nodes of a layer) into one message. Those
+/// that differ only in their node are one block, naming the nodes: "nodes
+/// 1, 9, 17, ... (32 nodes): error: ..." and the caret once.
 std::string renderDiagnostics(const std::vector<Diagnostic> &diags);
+/// An InvalidFormula error of that message, naming the nodes (Error::nodes).
 Error toError(const std::vector<Diagnostic> &diags);
 
 /// Where a built-in's constant is valid: above `lower` (or at it, when not

@@ -9,9 +9,28 @@
 
 namespace hsnn {
 
-std::string Diagnostic::render() const {
-  std::string_view level = warning ? "warning" : "error";
-  std::string out = node >= 0 ? fmt::format("node {}: {}: {}", node, level, message) : fmt::format("{}: {}", level, message);
+namespace {
+
+// "node 3" or "nodes 1, 9, 17, ... (32 nodes)": a few are listed whole, a
+// long list by its first three and its count (Error::nodes has them all).
+std::string nodeList(const std::vector<int> &nodes) {
+  if (nodes.size() == 1)
+    return fmt::format("node {}", nodes[0]);
+  constexpr size_t kListed = 3, kWhole = 6;
+  std::string out = "nodes ";
+  for (size_t i = 0; i < nodes.size() && (nodes.size() <= kWhole || i < kListed); ++i)
+    out += fmt::format("{}{}", i ? ", " : "", nodes[i]);
+  if (nodes.size() > kWhole)
+    out += ", ...";
+  return out + fmt::format(" ({} nodes)", nodes.size());
+}
+
+std::string renderFor(const Diagnostic &d, const std::vector<int> &nodes) {
+  std::string_view level = d.warning ? "warning" : "error";
+  std::string out = nodes.empty() ? fmt::format("{}: {}", level, d.message)
+                                  : fmt::format("{}: {}: {}", nodeList(nodes), level, d.message);
+  const std::string &formula = d.formula;
+  const size_t column = d.column, length = d.length;
   if (formula.empty())
     return out;
   // A long formula is shown as a window around the cause, elided with "...",
@@ -34,17 +53,44 @@ std::string Diagnostic::render() const {
   return out;
 }
 
+bool sameButNode(const Diagnostic &a, const Diagnostic &b) {
+  return a.warning == b.warning && a.column == b.column && a.length == b.length && a.message == b.message &&
+         a.formula == b.formula;
+}
+
+} // namespace
+
+std::string Diagnostic::render() const {
+  return renderFor(*this, node >= 0 ? std::vector<int>{node} : std::vector<int>{});
+}
+
 std::string renderDiagnostics(const std::vector<Diagnostic> &diags) {
-  std::string out;
+  // Blocks in the order of their first node; a layer has few distinct
+  // failing formulas, so the linear search stays short.
+  std::vector<std::pair<const Diagnostic *, std::vector<int>>> blocks;
   for (const Diagnostic &d : diags) {
+    auto it = std::find_if(blocks.begin(), blocks.end(), [&](const auto &b) { return sameButNode(*b.first, d); });
+    if (it == blocks.end() || d.node < 0)
+      it = blocks.insert(blocks.end(), {&d, {}});
+    if (d.node >= 0)
+      it->second.push_back(d.node);
+  }
+  std::string out;
+  for (const auto &[d, nodes] : blocks) {
     if (!out.empty())
       out += '\n';
-    out += d.render();
+    out += renderFor(*d, nodes);
   }
   return out;
 }
 
-Error toError(const std::vector<Diagnostic> &diags) { return Error(ErrorCode::InvalidFormula, renderDiagnostics(diags)); }
+Error toError(const std::vector<Diagnostic> &diags) {
+  std::vector<int> nodes;
+  for (const Diagnostic &d : diags)
+    if (!d.warning && d.node >= 0 && std::find(nodes.begin(), nodes.end(), d.node) == nodes.end())
+      nodes.push_back(d.node);
+  return Error(ErrorCode::InvalidFormula, renderDiagnostics(diags)).withNodes(std::move(nodes));
+}
 
 std::variant<std::vector<double>, Diagnostic> bindConstants(const Formula &formula,
                                                            const std::map<std::string, double> &given, int node,

@@ -258,16 +258,23 @@ Expected<std::shared_ptr<const CompiledModel>> CompiledModel::activation(const s
   // Nodes share a group when their expressions and constant lists agree (a
   // derivative can drop a constant the node's params still hold).
   std::map<std::pair<Expr, std::vector<std::string>>, uint32_t> groupOf;
-  // Layers repeat a few formulas over many nodes: each text is parsed once
-  // (a text that fails is parsed again per node, for the node's message).
+  // Layers repeat a few formulas over many nodes: each text is parsed once,
+  // and one that fails gives each of its nodes the same diagnostic (reported
+  // once, naming them: renderDiagnostics).
   std::unordered_map<std::string_view, Formula> parsedText;
+  std::unordered_map<std::string_view, Diagnostic> failedText;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Formula f;
     if (auto it = parsedText.find(nodes[i].formula); it != parsedText.end()) {
       f = it->second;
+    } else if (auto failed = failedText.find(nodes[i].formula); failed != failedText.end()) {
+      diags.push_back(failed->second);
+      diags.back().node = int(i);
+      continue;
     } else {
       auto parsed = parseFormulaDetailed(*m->ctx, nodes[i].formula, {FormulaMode::Activation, int(i)});
       if (auto *d = std::get_if<Diagnostic>(&parsed)) {
+        failedText.emplace(nodes[i].formula, *d);
         diags.push_back(std::move(*d));
         continue;
       }

@@ -174,15 +174,18 @@ from . import backends, compat, hardware  # the seed's names; hsnn.torch is impo
 class FormulaError(ValueError):
     """A formula that does not parse or type-check.
 
-    ``str(error)`` is the whole report (every node's errors, with carets);
-    ``node`` is the first failing node (None for a lone formula or a loss) and
-    ``position`` the 1-based column of its cause (None when the cause is the
-    whole formula); ``caret`` is the report's text.
+    ``str(error)`` is the whole report: one block per failing formula, naming
+    its nodes ("nodes 6, 14, 22, ... (32 nodes): error: ..."), with a caret;
+    ``nodes`` lists every failing node of a layer (empty for a lone formula
+    or a loss), ``node`` is the first of them (None if there is none) and
+    ``position`` the 1-based column of the first block's cause (None when
+    the cause is the whole formula); ``caret`` is the report's text.
     """
 
-    def __init__(self, message, node=None, position=None):
+    def __init__(self, message, node=None, position=None, nodes=None):
         super().__init__(message)
         self.node = node
+        self.nodes = list(nodes) if nodes is not None else ([] if node is None else [node])
         self.position = position
         self.caret = message
 

@@ -29,22 +29,25 @@ inline py::object &formulaErrorClass() {
 // Raises the Python exception for an Error (which must be a failure).
 [[noreturn]] inline void raise(const Error &e) {
   if (e.code() == ErrorCode::InvalidFormula && formulaErrorClass()) {
-    // The first diagnostic gives the node and column: "node N: error: ..."
-    // then the formula and the caret line.
+    // The nodes come with the error; the column from the first block's
+    // caret line: "node(s) ...: error: ..." then the formula and the caret.
     const std::string &m = e.message();
-    int node = -1;
     size_t column = 0;
-    if (m.rfind("node ", 0) == 0)
-      node = std::atoi(m.c_str() + 5);
     size_t caretLine = m.find("\n  ", m.find("\n  ") + 1);
-    if (caretLine != std::string::npos) {
+    if (caretLine != std::string::npos && caretLine < m.find("\nnode")) {
       size_t caret = m.find('^', caretLine);
-      if (caret != std::string::npos)
+      if (caret != std::string::npos && caret < m.find('\n', caretLine + 1))
         column = caret - caretLine - 3 + 1;
     }
-    PyErr_SetObject(formulaErrorClass().ptr(), formulaErrorClass()(m, node == -1 ? py::none() : py::object(py::int_(node)),
-                                                       column ? py::object(py::int_(column)) : py::none())
-                                             .ptr());
+    std::vector<int> named = e.nodes();
+    if (named.empty() && m.rfind("node ", 0) == 0) // one node's error made elsewhere: "node N: ..."
+      named.push_back(std::atoi(m.c_str() + 5));
+    py::list nodes;
+    for (int n : named)
+      nodes.append(n);
+    py::object first = named.empty() ? py::none() : py::object(py::int_(named[0]));
+    PyErr_SetObject(formulaErrorClass().ptr(),
+                    formulaErrorClass()(m, first, column ? py::object(py::int_(column)) : py::none(), nodes).ptr());
     throw py::error_already_set();
   }
   if (e.code() == ErrorCode::InvalidArgument || e.code() == ErrorCode::InvalidFormula)

@@ -66,8 +66,14 @@ def test_losses():
 def test_bad_input_is_a_clear_exception():
     with pytest.raises(hsnn.FormulaError) as e:
         hsnn.ActivationLayer(["relu", "tanhh(x)"])
-    assert e.value.node == 1 and e.value.position == 1
+    assert e.value.node == 1 and e.value.position == 1 and e.value.nodes == [1]
     assert "unknown function 'tanhh'; did you mean 'tanh'?" in str(e.value)
+    assert "^~~~~" in e.value.caret
+    with pytest.raises(hsnn.FormulaError) as shared:  # one formula shared by 32 nodes: one block naming them
+        hsnn.ActivationLayer(["relu", "tanh", "gelu", "silu", "softplus", "num", "sin", "sigmoid"] * 32)
+    assert str(shared.value) == "nodes 6, 14, 22, ... (32 nodes): error: 'sin' is a function; call it, e.g. " \
+                                "sin(num)\n  sin\n  ^~~"
+    assert shared.value.nodes == list(range(6, 256, 8)) and shared.value.node == 6 and shared.value.position == 1
     assert "^~~~~" in e.value.caret
     with pytest.raises(hsnn.FormulaError, match="did you mean 'huber'"):
         hsnn.Loss("hubr")

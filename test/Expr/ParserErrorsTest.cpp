@@ -160,4 +160,29 @@ TEST_CASE("a layer reports the errors of all its nodes in one message") {
         "node 0: error: unknown function 'tanhh'; did you mean 'tanh'?\n  tanhh(x)\n  ^~~~~\n"
         "node 2: error: expected ')' to close the '(' at column 1, found the end of the formula\n  (x+1\n      ^\n"
         "node 3: error: missing constant 'alpha': give it a value\n  x*alpha\n    ^~~~~");
+  CHECK(layer.error().nodes() == std::vector<int>{0, 2, 3});
+}
+
+TEST_CASE("a bad formula shared by many nodes is reported once, naming its nodes") {
+  std::vector<NodeSpec> specs;
+  for (int i = 0; i < 256; ++i)
+    specs.push_back({i % 8 == 6 ? "sin" : i == 3 ? "tanhh(x)" : i % 8 == 1 ? "(x+1" : "relu", {}});
+  specs[9].formula = "relu"; // node 9 is fine: the (x+1 block names 1, 17, 25, ...
+  auto layer = ActivationLayer::compile(specs);
+  REQUIRE_FALSE(layer);
+  CHECK(layer.error().message() ==
+        "nodes 1, 17, 25, ... (31 nodes): error: expected ')' to close the '(' at column 1, found the end of the "
+        "formula\n  (x+1\n      ^\n"
+        "node 3: error: unknown function 'tanhh'; did you mean 'tanh'?\n  tanhh(x)\n  ^~~~~\n"
+        "nodes 6, 14, 22, ... (32 nodes): error: 'sin' is a function; call it, e.g. sin(num)\n  sin\n  ^~~");
+  const std::vector<int> &nodes = layer.error().nodes();
+  REQUIRE(nodes.size() == 64);
+  CHECK(nodes[0] == 1);
+  CHECK(nodes[1] == 3);
+  CHECK(nodes[2] == 6);
+  CHECK(nodes.back() == 254);
+  // A few nodes are all listed.
+  auto few = ActivationLayer::compile({{"sin", {}}, {"relu", {}}, {"sin", {}}});
+  REQUIRE_FALSE(few);
+  CHECK(few.error().message() == "nodes 0, 2 (2 nodes): error: 'sin' is a function; call it, e.g. sin(num)\n  sin\n  ^~~");
 }
