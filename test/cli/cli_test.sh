@@ -93,12 +93,14 @@ if [[ "$out" == *'bad\ufffdname"'* ]] && ! printf '%s' "$out" | LC_ALL=C grep -q
 if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1 | grep -q "no LLVM code generator"; then
   dir=$(mktemp -d)
   printf '%s' '{"name": "l1", "nodes": [{"formula": "sin(num)*alpha", "constants": {"alpha": 2}}, {"formula": "tanhh(x)"}]}' > "$dir/bad.json"
+  printf '%s' '{"name": "l1", "nodes": [{"formula": "relu"}, {"formula": "sin", "repeat": 32}]}' > "$dir/shared.json"
   printf '%s' '{"name": "l1", "nodes": [{"formula": "relu", "repeat": 0}]}' > "$dir/repeat.json"
   printf '%s' '{"name": "l1", "nodes": [' > "$dir/broken.json"
   printf '%s' '{"name": "9lives", "nodes": [{"formula": "relu"}]}' > "$dir/name.json"
   printf '%s' '{"name": "good", "dtype": "f64", "layout": "batch_major", "nodes": [{"formula": "gelu", "repeat": 4}]}' > "$dir/good.json"
   printf '%s' '{"name": "hub", "mode": "loss", "formula": "huber", "constants": {"delta": 0.5}}' > "$dir/loss.json"
   expect compile-bad-formula 1 $'node 1: error: unknown function \'tanhh\'; did you mean \'tanh\'?\n  tanhh(x)\n  ^~~~~' -- compile "$dir/bad.json" --emit obj -o "$dir/x.o"
+  expect compile-shared-bad-formula 1 $'nodes 1, 2, 3, ... (32 nodes): error: \'sin\' is a function; call it, e.g. sin(num)\n  sin\n  ^~~' -- compile "$dir/shared.json" --emit obj -o "$dir/x.o"
   expect compile-bad-repeat 1 "hsnn-jit compile: error: $dir/repeat.json: nodes[0]: \"repeat\" must be an integer from 1 to 1048576" -- compile "$dir/repeat.json" --emit obj
   expect compile-bad-name 1 "hsnn-jit compile: error: layer name '9lives' is not a C identifier" -- compile "$dir/name.json" --emit obj
   printf '%s' '{"name": "l1", "dtyp": "f64", "nodes": [{"formula": "relu"}]}' > "$dir/key.json"
