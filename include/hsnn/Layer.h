@@ -90,6 +90,16 @@ struct LayerOptions {
   CompileProgress progress = nullptr;
 };
 
+/// The options of Loss::compile: LayerOptions' fields but `layout`, with
+/// `reduction` in its place. Two structs, not one shared base or member:
+/// C++20 designated initializers cannot name a base's fields (so
+/// `{.method = m, .layout = l}` would stop compiling), a shared member would
+/// make every call spell `{.compile = {...}}`, and a field list macro (an
+/// X-macro .def) would hide the fields and their documentation from readers
+/// and the API reference. The engines read one internal request, which a
+/// template copies from either (LayerState.h's EngineRequest::from): a field
+/// the engines use is read from both, so one left out of either fails to
+/// build there.
 struct LossOptions {
   Method method = Method::Auto;
   DType dtype = DType::F32;
