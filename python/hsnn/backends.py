@@ -1,5 +1,5 @@
 """Where arrays live and what runs there, as HeteroSymNN's and PyDotCompute's ``Backend`` surface, with
-``torch.backends``' conventions for the flags.
+``torch.backends``' conventions for the flags::
 
     import hsnn.backends as hb
     be = hb.get_backend("auto")                 # "cpu", "cuda" or "cuda:N"; an absent one raises
