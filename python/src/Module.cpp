@@ -415,20 +415,15 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
 
 } // namespace
 
-// hsnn._torch's way into layers and losses (RawRun.h): the tensors' own
-// memory, no NumPy arrays made, and no GIL once the object is found.
+// hsnn._torch's way to the C++ object behind a Python layer or loss
+// (RawRun.h; the entries that run them are RawRun.cpp's).
 namespace raw {
-
-int fail(char *message, size_t size, const char *what) {
-  std::snprintf(message, size, "%s", what);
-  return 1;
-}
 
 template <class Held> const void *objectOf(PyObject *object, char *message, size_t size) {
   try {
     return &py::handle(object).cast<const Held &>().get();
   } catch (const std::exception &e) {
-    fail(message, size, e.what());
+    std::snprintf(message, size, "%s", e.what());
     return nullptr;
   }
 }
@@ -436,56 +431,13 @@ template <class Held> const void *objectOf(PyObject *object, char *message, size
 const void *layerOf(PyObject *object, char *message, size_t size) {
   const void *l = objectOf<PyLayer>(object, message, size);
   if (l && static_cast<const ActivationLayer *>(l)->layout() != Layout::BatchMajor) {
-    fail(message, size, "the layer is nodes_major; hsnn._torch runs batch_major layers");
+    std::snprintf(message, size, "%s", "the layer is nodes_major; hsnn._torch runs batch_major layers");
     return nullptr;
   }
   return l;
 }
 
 const void *lossOf(PyObject *object, char *message, size_t size) { return objectOf<PyLoss>(object, message, size); }
-
-template <class T> std::span<T> span(const void *p, size_t n) {
-  return {static_cast<T *>(const_cast<void *>(p)), n};
-}
-
-int runLayer(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1, int64_t batch,
-             python::RawParallelFor parallelFor, char *message, size_t size) {
-  const auto &l = *static_cast<const ActivationLayer *>(layer);
-  ScopedParallelFor pool({parallelFor, nullptr});
-  if ((l.dtype() == DType::F64) != bool(f64))
-    return fail(message, size, (std::string("the layer is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
-  const size_t n = l.numNodes() * size_t(batch);
-  auto run = [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    if (kind == 0)
-      return l.forward(span<const T>(z, n), span<T>(o0, n), size_t(batch));
-    if (kind == 1)
-      return l.backward(span<const T>(z, n), span<const T>(err, n), span<T>(o0, n), size_t(batch));
-    return l.fused(span<const T>(z, n), span<T>(o0, n), span<T>(o1, n), size_t(batch));
-  };
-  Error e = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
-  return e ? fail(message, size, e.message().c_str()) : 0;
-}
-
-int runLossFused(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
-                 double *value, python::RawParallelFor parallelFor, char *message, size_t size) {
-  const auto &l = *static_cast<const Loss *>(loss);
-  ScopedParallelFor pool({parallelFor, nullptr});
-  if ((l.dtype() == DType::F64) != bool(f64))
-    return fail(message, size, (std::string("the loss is ") + std::string(to_string(l.dtype())) + "; the tensor is not").c_str());
-  auto run = [&](auto *type) {
-    using T = std::remove_pointer_t<decltype(type)>;
-    return l.fused(span<const T>(yPred, size_t(n)), span<const T>(yTrue, size_t(n)), span<T>(grad, size_t(n)));
-  };
-  Expected<double> v = f64 ? run(static_cast<double *>(nullptr)) : run(static_cast<float *>(nullptr));
-  if (!v)
-    return fail(message, size, v.error().message().c_str());
-  *value = *v;
-  return 0;
-}
-
-constexpr python::RawEntries kEntries{layerOf,          lossOf,          runLayer, runLossFused, python::kMinPooledBytes,
-                                      python::takeData, python::giveData};
 
 } // namespace raw
 
@@ -726,7 +678,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("_pooled_bytes", &python::pooledBytes, "bytes of freed results waiting for reuse");
   m.def("_multiply", &python::multiply, py::arg("a"), py::arg("b"), "a * b into a pooled array, on TBB's threads");
   m.def("_raw_run", [] {
-    return py::capsule(const_cast<python::RawEntries *>(&raw::kEntries), python::kRawRunCapsule);
+    static const python::RawEntries entries = python::rawEntries(raw::layerOf, raw::lossOf);
+    return py::capsule(const_cast<python::RawEntries *>(&entries), python::kRawRunCapsule);
   },
         "for hsnn._torch: a capsule holding the C entries that run layers and losses on raw host arrays (RawRun.h)");
   python::bindFunctions(m);

@@ -23,11 +23,11 @@ struct RawEntries {
   /// `message` for anything else. Call with the GIL held.
   const void *(*layerOf)(PyObject *layer, char *message, size_t messageSize);
   const void *(*lossOf)(PyObject *loss, char *message, size_t messageSize);
-  /// kind 0: o0 = f(z); 1: o0 = err * f'(z); 2: o0 = f(z), o1 = f'(z). Each
-  /// array holds numNodes * batch elements of its dtype (f64: double, else
-  /// float). Returns 0, or 1 with the error in `message`. No GIL needed.
-  int (*runLayer)(const void *layer, int kind, int f64, const void *z, const void *err, void *o0, void *o1,
-                  int64_t batch, RawParallelFor parallelFor, char *message, size_t messageSize);
+  /// The layer's fused kernel: a = f(z), dfdz = f'(z), each numNodes * batch
+  /// elements of its dtype (f64: double, else float). Returns 0, or 1 with
+  /// the error in `message`. No GIL needed.
+  int (*runLayerFused)(const void *layer, int f64, const void *z, void *a, void *dfdz, int64_t batch,
+                       RawParallelFor parallelFor, char *message, size_t messageSize);
   /// The loss's fused kernel over n elements: *value = the reduced loss,
   /// grad = its gradient (already scaled, as Loss::fused). No GIL needed.
   int (*runLossFused)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
@@ -39,5 +39,11 @@ struct RawEntries {
   void *(*poolTake)(size_t bytes);
   void (*poolGive)(void *data);
 };
+
+using ObjectOfFn = const void *(*)(PyObject *object, char *message, size_t messageSize);
+
+/// _core's entries, given its two lookups (which need its Python classes):
+/// the rest run the C++ objects (RawRun.cpp).
+RawEntries rawEntries(ObjectOfFn layerOf, ObjectOfFn lossOf);
 
 } // namespace hsnn::python

@@ -110,8 +110,8 @@ struct HeteroBackward : torch::autograd::Node {
 torch::Tensor heteroApply(const torch::Tensor &z, const Fast &fast) {
   torch::Tensor a = output(z), dfdz = output(z);
   char message[512];
-  check(entries->runLayer(fast.engine, 2, z.scalar_type() == torch::kFloat64, z.data_ptr(), nullptr, a.data_ptr(),
-                          dfdz.data_ptr(), z.size(0), torchParallelFor, message, sizeof message),
+  check(entries->runLayerFused(fast.engine, z.scalar_type() == torch::kFloat64, z.data_ptr(), a.data_ptr(),
+                               dfdz.data_ptr(), z.size(0), torchParallelFor, message, sizeof message),
         message);
   if (torch::autograd::compute_requires_grad(z)) {
     auto node = std::shared_ptr<HeteroBackward>(new HeteroBackward(), torch::autograd::deleteNode);
