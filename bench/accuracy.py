@@ -11,7 +11,7 @@ The error is in units in the last place of the true value (the spacing of
 the dtype there; the smallest subnormal below the normal range), so an
 exact result is 0 and a result off by one rounding is at most 0.5 + the
 kernel's own rounding. Points where the true value is a kink (relu at 0) use
-the derivative hsnn documents there. Prints a Markdown table (the README's)
+the derivative hsnn documents there. Prints a Markdown table (the one in docs/guide/numerics.md)
 and exits non-zero when a bound given with --max-ulp is exceeded.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/accuracy.py [--points N] [--max-ulp U]

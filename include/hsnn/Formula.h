@@ -113,7 +113,7 @@ struct SimplifyOptions {
 /// lib/Expr/Collect.h. Returns the same node when nothing changes.
 Expr simplify(ExprContext &ctx, Expr e, const SimplifyOptions &options = {});
 
-/// d e / d v, simplified. The rules define every kink (see docs in README):
+/// d e / d v, simplified. The rules define every kink (docs/guide/numerics.md):
 /// relu'(0) = Abs'(0) = 0, Heaviside' = sign' = floor' = ceiling' = 0,
 /// Max(a,b)' = a' where a >= b else b' (Min: a <= b), with the operands in
 /// canonical order (numbers first), Piecewise branch by branch.

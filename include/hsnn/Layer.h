@@ -54,12 +54,12 @@ std::string_view to_string(Layout);
 std::string_view to_string(Reduction);
 std::string_view to_string(Method);
 
-/// One node of a layer: a formula (or a built-in name) and its constants.
 /// How far a compile is: `done` of `total` kernels built (cache hits
 /// included). Called from the compiling threads, one call at a time, with
 /// `done` only growing; it must not call back into the object being built.
 using CompileProgress = std::function<void(size_t done, size_t total)>;
 
+/// One node of a layer: a formula (or a built-in name) and its constants.
 struct NodeSpec {
   std::string formula;
   std::map<std::string, double> constants;

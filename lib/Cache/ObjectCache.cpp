@@ -12,7 +12,7 @@
 // hard-linked into the directory, one copied from another cache, or a
 // layer's linked image stored under another layer's key. Those fail like
 // corrupt entries. Whoever can read the user's files can read the secret
-// too: the cache is trusted input of its user (README, threat model).
+// too: the cache is trusted input of its user (docs/guide/cache.md, threat model).
 //===----------------------------------------------------------------------===//
 #include "ObjectCache.h"
 
@@ -42,7 +42,7 @@ namespace hsnn {
 namespace detail {
 namespace {
 
-// Entry format 3 (see README "The kernel cache"): magic, format, category,
+// Entry format 3 (docs/guide/cache.md, "Entry format"): magic, format, category,
 // key, body size, MAC of the body, description length; the body is the
 // description (what the entry holds, for `cache list`) then the payload.
 constexpr char kMagic[8] = {'H', 'S', 'N', 'N', 'K', 'C', '3', '\0'};

@@ -4,7 +4,7 @@
 // (as a scalar template, instantiated for float and double and wrapped into
 // block loops) and its derivative. A missing specialization does not compile.
 //
-// Semantics at the edges are chosen here and documented in the README:
+// Semantics at the edges are chosen here and documented in docs/guide/numerics.md:
 // Max/Min propagate NaN, sign(±0) = ±0, Heaviside(0) = 0, sigmoid and
 // softplus use their overflow-free forms.
 //===----------------------------------------------------------------------===//

@@ -371,7 +371,7 @@ TEST_CASE("f32 log and log1p compiled are within 1 ulp of the true values over e
 TEST_CASE("f32 tanh, sin and cos compiled are within 2 ulp of the true values over every float's range") {
   REQUIRE_JIT();
   // glibc's libmvec on AVX-512 (its bound is 4 ulp; hsnn's own IR for them
-  // measured slower, README): huge arguments of sin and cos mixed with small
+  // measured slower, docs/guide/performance.md): huge arguments of sin and cos mixed with small
   // ones in a vector, the limits and -0 exact.
   const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
   const float tiny = std::numeric_limits<float>::denorm_min();
