@@ -21,6 +21,10 @@ DOXYFILE = """
 PROJECT_NAME = hsnn
 INPUT = {include}/hsnn
 INCLUDE_PATH = {include}
+# Classes name their header as a user includes it: <hsnn/Layer.h>.
+FULL_PATH_NAMES = YES
+STRIP_FROM_PATH = {include}
+STRIP_FROM_INC_PATH = {include}
 FILE_PATTERNS = *.h
 OUTPUT_DIRECTORY = {out}
 GENERATE_XML = YES
