@@ -68,6 +68,12 @@ def block_id(block, n):
     return f"{stem}_{n}"
 
 
+def write_if_changed(path, text):
+    """Unchanged files keep their timestamps, so the build does not redo them."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
 def extract(outdir, pages):
     out = pathlib.Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,20 +90,15 @@ def extract(outdir, pages):
                 source = header + f'#line {b.line + 1} "{b.page}"\n' + b.text
                 programs.append(name)
             else:
-                body = [l for l in b.text.split("\n")]
+                body = b.text.split("\n")
                 includes = [l for l in body if l.startswith("#include")]
                 rest = "\n".join(l if not l.startswith("#include") else "" for l in body)
                 source = (header + "".join(f"#include <hsnn/{h}>\n" for h in PUBLIC_HEADERS) + "\n".join(includes)
                           + f"\n[[maybe_unused]] static void snippet() {{\n#line {b.line + 1} \"{b.page}\"\n{rest}}}\n")
                 fragments.append(name)
-            path = out / f"{name}.cpp"
-            if not path.exists() or path.read_text() != source:  # unchanged files are not rebuilt
-                path.write_text(source)
-    listing = (f"set(HSNN_DOC_PROGRAMS {' '.join(programs)})\n"
-               f"set(HSNN_DOC_FRAGMENTS {' '.join(fragments)})\n")
-    lst = out / "snippets.cmake"
-    if not lst.exists() or lst.read_text() != listing:
-        lst.write_text(listing)
+            write_if_changed(out / f"{name}.cpp", source)
+    write_if_changed(out / "snippets.cmake", f"set(HSNN_DOC_PROGRAMS {' '.join(programs)})\n"
+                                             f"set(HSNN_DOC_FRAGMENTS {' '.join(fragments)})\n")
     return 0
 
 
@@ -126,17 +127,22 @@ def run_console(block, cwd, env):
 
 
 def run_pycon(page, bs, cwd):
+    """One doctest per block (so a failure names its line), all sharing the page's namespace."""
     parser = doctest.DocTestParser()
-    text = "".join(b.text + "\n" for b in bs)
-    test = parser.get_doctest(text, {"__name__": "__doc__"}, page, page, bs[0].line)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    names = {"__name__": "__doc__"}
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        result = runner.run(test)
+        for b in bs:
+            # get_doctest copies its globals; run with the shared dict so that one block's names reach the next.
+            test = parser.get_doctest(b.text, names, page, page, b.line)
+            test.globs = names
+            runner.run(test, clear_globs=False)
     finally:
         os.chdir(old)
-    return [f"{page}: {result.failed} of {result.attempted} pycon examples failed (above)"] if result.failed else []
+    failed, attempted = runner.summarize(verbose=False)
+    return [f"{page}: {failed} of {attempted} pycon examples failed (above)"] if failed else []
 
 
 def run(bindir, pages):
@@ -147,10 +153,11 @@ def run(bindir, pages):
     env["PYTHONPATH"] = os.pathsep.join(paths)
     sys.path[:0] = paths  # the pycon blocks run in this process
     failures, counts = [], {"python": 0, "pycon": 0, "console": 0}
+    scratch = tempfile.TemporaryDirectory(prefix="hsnn-docs-")  # the kernel cache, unless the caller gave one
+    env.setdefault("HSNN_CACHE_DIR", str(pathlib.Path(scratch.name) / "cache"))
     for page in pages:
         bs = [b for b in blocks(page) if not b.skipped]
         with tempfile.TemporaryDirectory(prefix="hsnn-docs-") as cwd:
-            env["HSNN_CACHE_DIR"] = env.get("HSNN_CACHE_DIR") or str(pathlib.Path(cwd) / "cache")
             for b in bs:
                 if b.lang == "python":
                     counts["python"] += 1
