@@ -3,17 +3,23 @@
 # binary); otherwise libLLVM.so (faster links for development and CI).
 find_package(LLVM 19.1 CONFIG REQUIRED HINTS /usr/lib/llvm-19/lib/cmake/llvm)
 message(STATUS "LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
-add_library(hsnn_llvm INTERFACE)
-target_include_directories(hsnn_llvm SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
+# hsnn_llvm_headers: what code that includes LLVM needs; hsnn_llvm_archives:
+# LLVM's component archives (what a portable module links); hsnn_llvm:
+# the headers and the library this build links, libLLVM.so or the archives.
+add_library(hsnn_llvm_headers INTERFACE)
+target_include_directories(hsnn_llvm_headers SYSTEM INTERFACE ${LLVM_INCLUDE_DIRS})
 separate_arguments(_llvm_defs NATIVE_COMMAND "${LLVM_DEFINITIONS}")
-target_compile_definitions(hsnn_llvm INTERFACE ${_llvm_defs})
+target_compile_definitions(hsnn_llvm_headers INTERFACE ${_llvm_defs})
+llvm_map_components_to_libnames(_llvm_libs core orcjit native nativecodegen passes target support analysis
+                                transformutils executionengine jitlink irreader linker ipo
+                                nvptxcodegen nvptxdesc nvptxinfo)
+add_library(hsnn_llvm_archives INTERFACE)
+target_link_libraries(hsnn_llvm_archives INTERFACE hsnn_llvm_headers ${_llvm_libs})
+add_library(hsnn_llvm INTERFACE)
 if(HSNN_LLVM_STATIC)
-  llvm_map_components_to_libnames(_llvm_libs core orcjit native nativecodegen passes target support analysis
-                                  transformutils executionengine jitlink irreader linker ipo
-                                  nvptxcodegen nvptxdesc nvptxinfo)
-  target_link_libraries(hsnn_llvm INTERFACE ${_llvm_libs})
+  target_link_libraries(hsnn_llvm INTERFACE hsnn_llvm_archives)
 else()
-  target_link_libraries(hsnn_llvm INTERFACE LLVM)
+  target_link_libraries(hsnn_llvm INTERFACE hsnn_llvm_headers LLVM)
 endif()
 
 # The linker program that links a layer's cached objects into one shared

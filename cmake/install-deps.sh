@@ -13,6 +13,7 @@ PACKAGES=(
   python3-mpmath
   python3-sphinx python3-myst-parser python3-sphinx-rtd-theme python3-breathe doxygen
   python3-venv python3-pip python3-setuptools python3-wheel
+  debootstrap
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

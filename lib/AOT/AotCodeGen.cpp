@@ -12,7 +12,6 @@
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Error.h>
-#include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
@@ -29,18 +28,7 @@ struct Target {
 
 Expected<Target> makeTarget(const AotOptions &o) {
   static std::once_flag once;
-  std::call_once(once, [] {
-#if HSNN_AOT_ALL_TARGETS
-    llvm::InitializeAllTargetInfos();
-    llvm::InitializeAllTargets();
-    llvm::InitializeAllTargetMCs();
-    llvm::InitializeAllAsmPrinters();
-#else
-    // A statically linked build carries the host's backend only.
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-#endif
-  });
+  std::call_once(once, initializeAotTargets);
   std::string host = llvm::sys::getDefaultTargetTriple();
   std::string triple = o.triple.empty() ? host : o.triple;
   // Kernels use 64-bit indices, doubles and libm: LLVM's other backends

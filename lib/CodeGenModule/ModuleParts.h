@@ -14,5 +14,9 @@ Expected<HostJIT *> moduleHostJit();                       // CPU/HostJIT.cpp
 Expected<std::string> nvptxArchFor(int ccMajor, int ccMinor); // CUDA/PTXCompiler.cpp
 Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats);
 Expected<std::vector<char>> aotCompile(const AotOptions &options, const AotCodeBuilder &build); // AOT/AotCodeGen.cpp
+// Registers the LLVM targets AOT objects can be made for: every target LLVM was
+// built with where the module links libLLVM.so, the host's alone where it
+// links LLVM's archives (AOT/AotTargets.cpp, compiled once for each).
+void initializeAotTargets();
 
 } // namespace hsnn::detail

@@ -481,3 +481,12 @@ class FormulaLoss(torch.nn.Module):
 
     def extra_repr(self):
         return f"formula={self.formula!r}, reduction={self.reduction!r}{', trainable=True' if self.trainable else ''}"
+
+
+# torch.load unpickles with weights_only=True by default since PyTorch 2.6:
+# only classes on its allow-list are rebuilt. hsnn's modules are put on it:
+# their pickled state is formula text, names, numbers and tensors, and
+# formula text is parsed, never executed. A model that holds them also needs
+# its own classes there (torch.nn.Sequential, ...): see docs/guide/python.md.
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([HeteroActivation, FormulaLoss])

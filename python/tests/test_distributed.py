@@ -1,7 +1,4 @@
 """HeteroActivation inside torch.distributed: DistributedDataParallel, gloo, 2 processes on this machine."""
-import os
-import socket
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch (Debian's python3-torch) is not installed")
@@ -12,16 +9,11 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("skipped: this PyTorch has no gloo backend", allow_module_level=True)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _train(rank, world, port, results):
+def _train(rank, world, store, results):
     import hsnn.torch as ht
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A file store: no port to race for, and no TCPStore, which PyTorch >= 2.4
+    # starts on libuv by default (Debian's PyTorch is built without it).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.manual_seed(0)  # the same initial weights on every rank
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), ht.HeteroActivation(["gelu", "tanh", "softplus", "relu"] * 2),
                                 torch.nn.Linear(8, 1))
@@ -42,12 +34,11 @@ def _train(rank, world, port, results):
     dist.destroy_process_group()
 
 
-def test_ddp_two_processes_gloo():
+def test_ddp_two_processes_gloo(tmp_path):
     ctx = mp.get_context("spawn")
     manager = ctx.Manager()
     results = manager.dict()
-    port = _free_port()
-    procs = [ctx.Process(target=_train, args=(r, 2, port, results)) for r in range(2)]
+    procs = [ctx.Process(target=_train, args=(r, 2, tmp_path / "store", results)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:

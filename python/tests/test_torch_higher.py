@@ -190,7 +190,7 @@ def test_dtype_device_state_dict_copies_and_pickles():
     buffer = io.BytesIO()
     torch.save(act, buffer)
     buffer.seek(0)
-    loaded = torch.load(buffer)
+    loaded = torch.load(buffer)  # weights_only=True by default from PyTorch 2.6: hsnn's modules are allowed
     for clone in (copy.deepcopy(act), pickle.loads(pickle.dumps(act)), loaded):
         torch.testing.assert_close(clone(z), act(z))
         with torch.no_grad():
@@ -208,6 +208,24 @@ def test_dtype_device_state_dict_copies_and_pickles():
     fresh = ht.FormulaLoss("huber", trainable=True, dtype=torch.float32)
     fresh.load_state_dict(loss.state_dict())
     torch.testing.assert_close(fresh(yp, yt), loss(yp, yt))
+
+
+@pytest.mark.skipif(not hasattr(torch.serialization, "safe_globals"), reason="PyTorch < 2.5 has no weights_only allow-list context")
+def test_whole_models_load_with_weights_only():
+    """torch.load's default (weights_only=True since 2.6) rebuilds hsnn's modules; a model's own classes are named
+    as the Python guide shows, and an hsnn module's state cannot smuggle in a class that is not allowed."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), ht.HeteroActivation([("sin(num)*alpha", {"alpha": 2.0}), "gelu"],
+                                                                          trainable=True, dtype=torch.float32))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    with torch.serialization.safe_globals([torch.nn.Sequential, torch.nn.Linear]):
+        loaded = torch.load(buffer, weights_only=True)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(loaded(x), model(x))
+    buffer.seek(0)
+    with pytest.raises(pickle.UnpicklingError, match="Sequential"):
+        torch.load(buffer, weights_only=True)  # the model's class is not on the list: refused, named
 
 
 def test_out_takes_torch_tensors_and_returns_them():
