@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -25,7 +26,8 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 MANIFEST = json.load(open(os.path.join(HERE, "prebuilt", "manifest.json")))
 PREBUILT = os.path.join(HERE, "prebuilt")
-COMMON_FLAGS = ["-O2", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno", "-DNDEBUG"]
+# -g0: Python's own flags ask for -g, which makes PyTorch's headers a third slower to compile.
+COMMON_FLAGS = ["-O2", "-g0", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno", "-DNDEBUG"]
 
 
 def _pybind11_include():
@@ -104,20 +106,29 @@ class BuildExt(build_ext):
             ParallelCompile("HSNN_BUILD_JOBS", default=0).install()
         except ImportError:
             pass
+        self.check_extensions_list(self.extensions)
+        core = [e for e in self.extensions if e.name != "hsnn._torch"]
         optional = [e for e in self.extensions if e.name == "hsnn._torch"]
-        self.extensions = [e for e in self.extensions if e.name != "hsnn._torch"]
-        super().build_extensions()
-        for ext in optional:
-            try:
+        # _torch's one large file (~25 s) compiles beside _core's five, not
+        # after them: on two cores, 50 s in all instead of 75.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            torch_job = pool.submit(self._build_optional, optional[0]) if optional else None
+            for ext in core:
                 self.build_extension(ext)
-            except Exception as e:  # the Python path serves instead; said, not hidden
-                if os.environ.get("HSNN_TORCH_EXT") == "1":
-                    raise
-                print(f"hsnn: hsnn._torch failed to build ({e}); hsnn.torch runs its Python path")
+            if torch_job is not None:
+                torch_job.result()
         target = os.path.dirname(self.get_ext_fullpath("hsnn._core"))
         os.makedirs(target, exist_ok=True)
         for name in MANIFEST["runtimes"] + [MANIFEST["codegen_module"]]:
             shutil.copy2(os.path.join(PREBUILT, name), target)
+
+    def _build_optional(self, ext):
+        try:
+            self.build_extension(ext)
+        except Exception as e:  # the Python path serves instead; said, not hidden
+            if os.environ.get("HSNN_TORCH_EXT") == "1":
+                raise
+            print(f"hsnn: hsnn._torch failed to build ({e}); hsnn.torch runs its Python path")
 
 
 if sysconfig.get_platform() != MANIFEST["platform"]:
