@@ -3,11 +3,13 @@
 
 #include "CpuBackend.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
+#include <sys/sysinfo.h>
 
 namespace hsnn {
 namespace {
@@ -66,6 +68,10 @@ public:
 
   Error synchronize() override { return Error::success(); } // CPU kernels return when done
 
+  // /proc/meminfo's MemAvailable counts the page cache the kernel would give
+  // back; where it cannot be read (a VM or container without /proc) the
+  // figures come from sysinfo(2), which every Linux answers: free plus
+  // buffer memory, a lower bound of the same quantity.
   Expected<MemoryInfo> memoryInfo() const override {
     std::ifstream in("/proc/meminfo");
     std::string key;
@@ -78,8 +84,15 @@ public:
       else if (key == "MemAvailable:")
         info.free = value * 1024;
     }
-    if (!info.total)
-      return Error(ErrorCode::Unsupported, "cannot read /proc/meminfo");
+    if (info.total && info.free)
+      return info;
+    struct sysinfo si {};
+    if (::sysinfo(&si) != 0)
+      return Error(ErrorCode::Unsupported, fmt::format("cannot read the memory figures: /proc/meminfo has none and "
+                                                       "sysinfo(2) failed: {}",
+                                                       std::strerror(errno)));
+    info.total = size_t(si.totalram) * si.mem_unit;
+    info.free = (size_t(si.freeram) + size_t(si.bufferram)) * si.mem_unit;
     return info;
   }
 
