@@ -334,9 +334,15 @@ public:
   /// A loss whose formula is dl/d(constant `name`): per element with
   /// forwardElements, differentiable again as any loss.
   Expected<Loss> constantDerivativeLoss(std::string_view name) const;
+  /// A loss whose formula is dl/dy_true: per element with forwardElements,
+  /// differentiable again as any loss (a target computed by the model, as
+  /// in distillation or a physics residual, gets its gradient from it).
+  Expected<Loss> targetDerivativeLoss() const;
 
 private:
   explicit Loss(std::unique_ptr<detail::LayerState> state);
+  // This loss differentiated by one derivation step (CompiledModel.cpp).
+  Expected<Loss> derivedBy(const std::string &step) const;
   static Expected<Loss> compileImpl(std::string_view formula, const std::map<std::string, double> &constants,
                                     const LossOptions &options);
   std::unique_ptr<detail::LayerState> state_;

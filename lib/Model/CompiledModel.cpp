@@ -161,7 +161,9 @@ std::string tangentName(const std::string &name, const std::vector<std::string> 
 //             direction t_i a new constant (value 0) appended after them:
 //             the product of the constants' Jacobian with a direction, the
 //             kernel a double backward through trainable constants needs;
-//   "c:NAME"  d/d(constant NAME).
+//   "c:NAME"  d/d(constant NAME);
+//   "y"       d/dy_true (losses only: a target that is itself computed,
+//             in distillation or a physics residual, gets its gradient).
 std::optional<std::string> derive(ExprContext &ctx, Formula &f, std::vector<double> &values,
                                   std::span<const std::string> steps) {
   bool loss = f.mode == FormulaMode::Loss;
@@ -182,6 +184,10 @@ std::optional<std::string> derive(ExprContext &ctx, Formula &f, std::vector<doub
         sum = sum ? ctx.add(sum, term) : term;
       }
       f.expr = simplify(ctx, sum ? sum : ctx.number(0));
+    } else if (step == "y") {
+      if (!loss)
+        return std::string("d/dy_true (derivation step 'y') is a loss's derivative; an activation has no y_true");
+      f.expr = guarded(differentiate(ctx, f.expr, Variable::YTrue));
     } else if (step.starts_with("c:")) {
       std::string name = step.substr(2);
       if (std::find(f.constants.begin(), f.constants.end(), name) == f.constants.end())

@@ -197,8 +197,14 @@ Expected<Loss> Loss::derivativeLoss(unsigned order) const {
 }
 
 Expected<Loss> Loss::constantDerivativeLoss(std::string_view name) const {
+  return derivedBy("c:" + std::string(name));
+}
+
+Expected<Loss> Loss::targetDerivativeLoss() const { return derivedBy("y"); }
+
+Expected<Loss> Loss::derivedBy(const std::string &step) const {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
-  auto state = state_->derived(std::vector<std::string>{"c:" + std::string(name)});
+  auto state = state_->derived(std::vector<std::string>{step});
   if (!state)
     return state.takeError();
   return Loss(std::move(*state));

@@ -26,6 +26,15 @@ try:  # the C++ autograd function for small CPU tensors, where it was built (lib
 except ImportError:
     _ext = None
 
+# The kernels as custom operators, what torch.compile traces (PyTorch >= 2.4;
+# before it, compiled graphs break around the modules' autograd functions).
+if hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd"):
+    from . import _torch_ops as _ops
+    _compiling = torch.compiler.is_compiling
+else:
+    _ops = None
+    _compiling = lambda: False
+
 _DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 
 
@@ -56,6 +65,18 @@ def _cpu_method(method):
     if method != "auto":
         return method
     return "cpu_jit" if _core.runtime_info().get("cpu_jit_enabled") else "cpu_interp"
+
+
+def _method_for(method, t):
+    """The method a module's kernels for tensor t are compiled with: the
+    tensor's device decides under "auto" (CUDA tensors: the cuda method on
+    their device); a CPU method given explicitly refuses CUDA tensors."""
+    if not t.is_cuda:
+        return _cpu_method(method)
+    if method not in ("auto", "cuda"):
+        raise ValueError(f"the input is on {t.device}; the module's method is {method!r}, which runs on the CPU: "
+                         "use method='auto' (the input's device decides) or 'cuda'")
+    return "cuda"
 
 
 def _times(grad, derivative):
@@ -245,6 +266,7 @@ class HeteroActivation(torch.nn.Module):
             self.constants = torch.nn.Parameter(constants)
         else:
             self.register_buffer("constants", constants, persistent=False)
+        self._op_key = _ops.register(self) if _ops is not None else None
 
     @property
     def num_nodes(self):
@@ -254,11 +276,7 @@ class HeteroActivation(torch.nn.Module):
         key = (z.dtype, z.device)
         node = self._nodes.get(key)
         if node is None:
-            method = _cpu_method(self.method)
-            if z.is_cuda:
-                if method not in ("auto", "cuda"):
-                    raise ValueError(f"the input is on {z.device}; the module's method is {method!r}, not 'cuda'")
-                method = "cuda"
+            method = _method_for(self.method, z)
             layer = _Layer(self.formulas, dtype=_DTYPES[z.dtype], layout="batch_major", method=method,
                            gpu_id=z.device.index or 0 if z.is_cuda else 0)
             node = self._nodes[key] = _Node(layer)
@@ -267,6 +285,8 @@ class HeteroActivation(torch.nn.Module):
         return node
 
     def forward(self, z):
+        if _compiling():  # torch.compile: one custom operator in the graph
+            return torch.ops.hsnn.activation(z, self.constants if self.trainable else None, self._op_key, "")[0]
         # Small contiguous CPU tensors: one C++ autograd function, which checks
         # them itself (the Python function's glue and these checks were half
         # the call at 32 x 64); it answers None for anything else.
@@ -298,6 +318,10 @@ class HeteroActivation(torch.nn.Module):
         state["_fast"] = {} if state.get("_fast") is not None else None
         return state
 
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._op_key = _ops.register(self) if _ops is not None else None  # a copy is a module of its own
+
     def extra_repr(self):
         shown = ", ".join(f if isinstance(f, str) else f[0] for f in self.formulas[:4])
         return (f"nodes={self.num_nodes}, formulas=[{shown}{', ...' if self.num_nodes > 4 else ''}]"
@@ -306,17 +330,24 @@ class HeteroActivation(torch.nn.Module):
 
 class _LossNode:
     """A loss of one derivative chain (one dtype and device) and the losses
-    its backward needs: ``d`` (d/dy_pred) and ``c(name)`` (d/d constant)."""
+    its backward needs: ``d`` (d/dy_pred), ``dt`` (d/dy_true) and
+    ``c(name)`` (d/d constant), each compiled at first use."""
 
     def __init__(self, loss, names):
         self.loss, self.names = loss, names
-        self._d, self._c = None, {}
+        self._d, self._dt, self._c = None, None, {}
 
     @property
     def d(self):
         if self._d is None:
             self._d = _LossNode(self.loss.derivative_loss(1), self.names)
         return self._d
+
+    @property
+    def dt(self):
+        if self._dt is None:
+            self._dt = _LossNode(self.loss.target_derivative_loss(), self.names)
+        return self._dt
 
     def c(self, name):
         if name not in self._c:
@@ -365,21 +396,27 @@ class _LossValue(torch.autograd.Function):
         yp, yt, c, grad = ctx.saved_tensors
         node, reduction = ctx.node, ctx.reduction
         scale = 1.0 / yp.numel() if reduction == "mean" and yp.numel() else 1.0
-        gyp = gc = None
+        gyp = gyt = gc = None
         if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
             weight = grad_out * scale
             if ctx.needs_input_grad[0]:
                 gyp = weight * _LossElements.apply(yp, yt, c, node.d)
+            if ctx.needs_input_grad[1]:
+                gyt = weight * _LossElements.apply(yp, yt, c, node.dt)
             if ctx.needs_input_grad[2]:
                 gc = _by_constants(weight, yp, yt, c, node)
-            return gyp, None, gc, None, None
+            return gyp, gyt, gc, None, None
+        if ctx.needs_input_grad[1]:  # a target that is computed: dl/dy_true per element
+            node.dt.set(c)
+            gyt = _times(grad_out * scale if reduction != "none" else grad_out,
+                         node.dt.run("forward_elements", yp, yt))
         if reduction == "none":
             if ctx.needs_input_grad[0]:
                 node.set(c)
                 gyp = _times(grad_out, node.run("gradient", yp, yt))
             if ctx.needs_input_grad[2]:
                 gc = _by_constants(grad_out, yp, yt, c, node)
-            return gyp, None, gc, None, None
+            return gyp, gyt, gc, None, None
         if ctx.needs_input_grad[0]:
             # The fused kernel's gradient is already scaled; an upstream 1
             # (loss.backward()) leaves it as it is, no product.
@@ -389,7 +426,7 @@ class _LossValue(torch.autograd.Function):
             node.set(c)
             dc = node.loss.constant_gradients(_host(yp), _host(yt))
             gc = (torch.from_numpy(dc).to(c.device) * grad_out.detach().to(torch.float64)).to(c.dtype)
-        return gyp, None, gc, None, None
+        return gyp, gyt, gc, None, None
 
 
 class _LossElements(torch.autograd.Function):
@@ -405,19 +442,22 @@ class _LossElements(torch.autograd.Function):
     @staticmethod
     def backward(ctx, h):
         yp, yt, c = ctx.saved_tensors
-        node, gyp, gc = ctx.node, None, None
+        node, gyp, gyt, gc = ctx.node, None, None, None
         if ctx.needs_input_grad[0]:
             gyp = h * _LossElements.apply(yp, yt, c, node.d)
+        if ctx.needs_input_grad[1]:
+            gyt = h * _LossElements.apply(yp, yt, c, node.dt)
         if ctx.needs_input_grad[2]:
             gc = _by_constants(h, yp, yt, c, node)
-        return gyp, None, gc, None
+        return gyp, gyt, gc, None
 
 
 class FormulaLoss(torch.nn.Module):
     """A loss written as a formula in ``y_pred`` and ``y_true`` (or a built-in
     name: mse, huber, bce, ...), differentiated with respect to ``y_pred``
-    (to any order). ``reduction`` is "mean", "sum" or "none". ``y_true`` gets
-    no gradient. With ``trainable=True`` the loss's constants (huber's
+    and ``y_true`` (to any order: a target computed by the model, as in
+    distillation or a physics residual, gets its gradient from the formula's
+    symbolic dl/dy_true). ``reduction`` is "mean", "sum" or "none". With ``trainable=True`` the loss's constants (huber's
     ``delta``, ...) form the ``nn.Parameter`` ``constants`` (in
     ``constant_names`` order; ``dtype``/``device`` as ``nn.Linear``'s,
     float64 by default)."""
@@ -437,12 +477,13 @@ class FormulaLoss(torch.nn.Module):
             self.constants = torch.nn.Parameter(values)
         else:
             self.register_buffer("constants", values, persistent=False)
+        self._op_key = _ops.register(self) if _ops is not None else None
 
     def _node(self, y):
         key = (y.dtype, y.device)
         node = self._nodes.get(key)
         if node is None:
-            method = "cuda" if y.is_cuda and self.method == "auto" else self.method if y.is_cuda else _cpu_method(self.method)
+            method = _method_for(self.method, y)
             loss = _Loss(self.formula, self.initial, reduction=self.reduction, dtype=_DTYPES[y.dtype], method=method)
             if y.is_cuda:
                 loss.set_gpu_id(y.device.index or 0)
@@ -455,9 +496,16 @@ class FormulaLoss(torch.nn.Module):
         return node
 
     def forward(self, y_pred, y_true):
+        if _compiling():  # torch.compile: one custom operator in the graph
+            c = self.constants if self.trainable else None
+            if self.reduction == "none":
+                return torch.ops.hsnn.loss_elements(y_pred, y_true, c, self._op_key, "")
+            return torch.ops.hsnn.loss(y_pred, y_true, c, self._op_key, "")[0]
         # Small contiguous CPU tensors: one C++ call and an autograd node
         # (hsnn._torch), None for anything else, as HeteroActivation.
-        fast = self._fast.get(y_pred.dtype) if self._fast is not None else None
+        # (Its autograd node differentiates in y_pred only: a target that
+        # requires grad takes the Python function.)
+        fast = self._fast.get(y_pred.dtype) if self._fast is not None and not y_true.requires_grad else None
         if fast is not None:
             value = _ext.loss_apply(y_pred, y_true, fast)
             if value is not None:
@@ -467,7 +515,7 @@ class FormulaLoss(torch.nn.Module):
             raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}, {y_true.device}) must match y_pred "
                              f"({y_pred.dtype}, {tuple(y_pred.shape)}, {y_pred.device})")
         node = self._node(y_pred)
-        if self._fast is not None and not y_pred.is_cuda:  # a first call: the node is made now
+        if self._fast is not None and not y_pred.is_cuda and not y_true.requires_grad:  # a first call: made now
             value = _ext.loss_apply(y_pred, y_true, self._fast[y_pred.dtype])
             if value is not None:
                 return value
@@ -478,6 +526,10 @@ class FormulaLoss(torch.nn.Module):
         state["_nodes"] = {}
         state["_fast"] = {} if state.get("_fast") is not None else None
         return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._op_key = _ops.register(self) if _ops is not None else None
 
     def extra_repr(self):
         return f"formula={self.formula!r}, reduction={self.reduction!r}{', trainable=True' if self.trainable else ''}"

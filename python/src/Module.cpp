@@ -222,6 +222,8 @@ Expected<ActivationLayer> layerStep(const ActivationLayer &l, const std::string 
 Expected<Loss> lossStep(const Loss &l, const std::string &step) {
   if (step == "d")
     return l.derivativeLoss(1);
+  if (step == "y")
+    return l.targetDerivativeLoss();
   if (step.starts_with("c:"))
     return l.constantDerivativeLoss(step.substr(2));
   return Error(ErrorCode::InvalidArgument, "unknown derivation step '" + step + "'");
@@ -623,6 +625,9 @@ PYBIND11_MODULE(_core, m) {
       .def("constant_derivative_loss", [](const py::object &self, const std::string &name) {
              return sameClass(self, derivedFrom(self.cast<const PyLoss &>(), {"c:" + name}, lossStep));
            }, py::arg("name"), "A loss whose formula is dl/d(name), per element with forward_elements.")
+      .def("target_derivative_loss", [](const py::object &self) {
+             return sameClass(self, derivedFrom(self.cast<const PyLoss &>(), {"y"}, lossStep));
+           }, "A loss whose formula is dl/dy_true, per element with forward_elements (differentiable again).")
       .def_property_readonly("derivation", [](const PyLoss &l) { return l.args.derivation; })
       .def("forward", [](const PyLoss &l, const py::array &yp, const py::array &yt) { return l.run(0, yp, yt, nullptr); },
            py::arg("y_pred"), py::arg("y_true"), "the reduced loss")

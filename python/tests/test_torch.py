@@ -77,6 +77,24 @@ def test_bad_tensors_are_clear_errors():
         ht.HeteroActivation(["tanhh(x)"])
 
 
+def test_the_inputs_device_decides_the_method():
+    """method="auto" (the default) follows the tensor: CPU tensors the CPU JIT, CUDA tensors the cuda method on their
+    device; a CPU method given explicitly refuses a CUDA tensor. (No CUDA tensor can be made here: what the modules
+    read of one stands in.)"""
+    class OnCuda:
+        is_cuda, device = True, torch.device("cuda", 1)
+
+    for module in (ht.HeteroActivation(["tanh"]), ht.FormulaLoss("mse")):
+        assert module.method == "auto"
+    assert ht._method_for("auto", OnCuda()) == "cuda"
+    assert ht._method_for("cuda", OnCuda()) == "cuda"
+    with pytest.raises(ValueError, match="the input is on cuda:1; the module's method is 'cpu_jit', which runs on the "
+                                         "CPU: use method='auto'"):
+        ht._method_for("cpu_jit", OnCuda())
+    assert ht._method_for("auto", torch.zeros(1)) in ("cpu_jit", "cpu_interp")
+    assert ht._method_for("cpu_interp", torch.zeros(1)) == "cpu_interp"
+
+
 def test_dlpack_tensors_in_and_the_same_kind_out():
     import hsnn
     layer = hsnn.ActivationLayer(["relu", "tanh"])

@@ -117,18 +117,45 @@ def _loss_inputs(name, shape, seed):
 @pytest.mark.parametrize("name", LOSSES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_gradgradcheck_every_builtin_loss(name, reduction):
+    """In y_pred, y_true and the constants together, to the second order."""
     yp, yt = _loss_inputs(name, (4, 3), 4)
     # bce's eps (1e-7) would step below its domain (>= 0) in gradcheck's differences
     loss = ht.FormulaLoss(name, {"eps": 0.01} if name == "bce" else None, reduction=reduction, trainable=True)
     c = loss.constants.detach().clone().requires_grad_()
-    f = lambda p, cc: ht._LossValue.apply(p, yt, cc, loss._node(p), reduction)
+    f = lambda p, t, cc: ht._LossValue.apply(p, t, cc, loss._node(p), reduction)
     yp.requires_grad_()
-    inputs = (yp, c) if len(c) else (yp,)
-    g = f if len(c) else (lambda p: f(p, None))
+    yt.requires_grad_()
+    inputs = (yp, yt, c) if len(c) else (yp, yt)
+    g = f if len(c) else (lambda p, t: f(p, t, None))
     assert torch.autograd.gradcheck(g, inputs)
     assert torch.autograd.gradgradcheck(g, inputs)
     plain = ht.FormulaLoss(name, reduction=reduction)
-    assert torch.autograd.gradgradcheck(lambda p: plain(p, yt), (yp,))
+    assert torch.autograd.gradgradcheck(lambda p, t: plain(p, t), (yp, yt))
+    assert torch.autograd.gradgradcheck(lambda p: plain(p, yt.detach()), (yp,))
+
+
+def test_a_computed_target_gets_its_gradient_as_in_pytorch():
+    """FormulaLoss(p, t) with t requiring grad (distillation, a physics residual): t.grad as PyTorch's own loss
+    gives it, first order on the C++ path's inputs (float32, small) and with create_graph."""
+    g = torch.Generator().manual_seed(7)
+    p0, t0 = torch.randn(6, generator=g), torch.randn(6, generator=g)
+    for dtype in (torch.float32, torch.float64):
+        p, t = p0.to(dtype, copy=True).requires_grad_(), t0.to(dtype, copy=True).requires_grad_()
+        ht.FormulaLoss("huber", {"delta": 0.5})(p, t).backward()
+        q, u = p0.to(dtype, copy=True).requires_grad_(), t0.to(dtype, copy=True).requires_grad_()
+        torch.nn.functional.huber_loss(q, u, delta=0.5).backward()
+        torch.testing.assert_close(t.grad, u.grad)
+        torch.testing.assert_close(p.grad, q.grad)
+        assert t.grad.abs().sum() > 0.1
+    # only the target needs it: y_pred a plain tensor
+    t = t0.clone().requires_grad_()
+    ht.FormulaLoss("(y_pred - y_true)**2", reduction="sum")(p0, t).backward()
+    torch.testing.assert_close(t.grad, -2 * (p0 - t0))
+    # second order in y_true: d/dt of dL/dt for mse is 2/n per element
+    t = t0.double().requires_grad_()
+    gt, = torch.autograd.grad(ht.FormulaLoss("mse")(p0.double(), t), t, create_graph=True)
+    h, = torch.autograd.grad(gt.sum(), t)
+    torch.testing.assert_close(h, torch.full_like(h, 2 / 6))
 
 
 def test_composed_losses_to_third_order():
