@@ -109,11 +109,11 @@ def _layer_on_device(kind):
 
 
 def _loss_on_device(kind):
-    def run(self, y_pred, y_true, stream=None):
+    def run(self, y_pred, y_true, out=None, stream=None):
         stream = _stream_for(y_pred, stream)
         if kind == 0:
             return self._run_device(0, [_capsule(y_pred, stream), _capsule(y_true, stream)], stream)
-        out = _empty_like(y_pred, "out")
+        out = out if out is not None else _empty_like(y_pred, "out")
         value = self._run_device(kind, [_capsule(x, stream) for x in (y_pred, y_true, out)], stream)
         return (value, out) if kind == 3 else out
     return run

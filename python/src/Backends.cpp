@@ -153,7 +153,17 @@ void bindBackends(py::module_ &m) {
         d["version"] = 3;
         return d;
       })
-      .def("__len__", [](const PyDeviceArray &a) { return a.shape.empty() ? 0 : a.shape[0]; });
+      .def("__len__", [](const PyDeviceArray &a) { return a.shape.empty() ? 0 : a.shape[0]; })
+      .def("reshape", [](const PyDeviceArray &a, const py::args &shape) {
+             // One tuple or the dimensions themselves, as NumPy takes them.
+             std::vector<int64_t> s = shapeOf(shape.size() == 1 && !py::isinstance<py::int_>(shape[0])
+                                                  ? py::object(shape[0]) : py::object(shape));
+             if (countOf(s) != a.size())
+               throw py::value_error("cannot reshape an array of " + std::to_string(a.size()) + " elements to " +
+                                     py::str(py::tuple(py::cast(s))).cast<std::string>());
+             return PyDeviceArray{a.buffer, std::move(s), a.deviceId};
+           },
+           "A view of the same memory with another shape of as many elements.");
 
   py::class_<PyBackend>(m, "_Backend", "hsnn::Backend: where arrays live and how they move")
       .def(py::init([](const std::string &spec) { return PyBackend{take(getBackend(spec))}; }), py::arg("spec"))
