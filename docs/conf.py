@@ -20,11 +20,18 @@ myst_heading_anchors = 3  # links to a page's sections by their titles
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 
+import os  # noqa: E402
+
 html_theme = "sphinx_rtd_theme"
-html_title = "hsnn"
+
+# The version, from the one place it is written: CMakeLists.txt's project().
+import re  # noqa: E402
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "CMakeLists.txt")) as _f:
+    version = release = re.search(r"project\(hsnn VERSION ([0-9.]+)", _f.read()).group(1)
+html_title = f"hsnn {version}"
 
 # docs/build.py runs Doxygen first and says where its XML is.
-import os  # noqa: E402
 
 breathe_projects = {"hsnn": os.environ.get("HSNN_DOXYGEN_XML", "_build/doxygen/xml")}
 breathe_default_project = "hsnn"

@@ -75,11 +75,15 @@ Expected<AotArtifact> compileLossAot(const std::string &name, const std::string 
                                      const std::map<std::string, double> &constants, DType dtype,
                                      const AotOptions &options = {});
 
-/// PTX for an NVIDIA GPU (`arch` = sm_XY): one grid-stride kernel per
-/// distinct formula and kind (NAME_u<K>_forward/_backward/_fused, with the
-/// KernelSpec activation ABI; the PTX header comment lists which node uses
-/// which K), or for a loss NAME_elements/_sum/_gradient/_fused (partial sums
-/// per thread in an extra double* argument). Needs no GPU.
+/// PTX for an NVIDIA GPU (`arch` = sm_XY), needing no GPU. A layer is six
+/// kernels, each one launch for the whole layer whatever its formulas:
+/// NAME_{forward,backward,fused}_{nodes_major,batch_major}, taking (z,
+/// err or null, out0, out1 or null, params, unit_of, param_offsets, batch,
+/// nodes, first_node); nodes_major launches grid.y = nodes (65535 at most
+/// per launch), batch_major a 1-D grid over batch * nodes. The PTX's
+/// header comment gives the ABI, unit_of (which formula each node runs),
+/// the param offsets and defaults. A loss is NAME_elements/_sum/_gradient/
+/// _fused (partial sums per thread in an extra double* argument).
 /// `order` as AotOptions::order.
 Expected<std::string> compileLayerPtx(const std::string &name, const std::vector<NodeSpec> &nodes, DType dtype,
                                       const std::string &arch, int optLevel = 3, unsigned order = 0);

@@ -44,8 +44,8 @@ enum class Reduction {
 /// Which engine runs the kernels. Auto picks the best one available.
 enum class Method {
   Auto,      ///< The best available: cuda > cpu_jit > cpu_interp.
-  CpuJit,    ///< LLVM ORC JIT for the host CPU, TBB-parallel.
-  CpuInterp, ///< The built-in interpreter (the seed's CPU_PYTHON / CPU_CPP role).
+  CpuJit,    ///< LLVM ORC JIT for the host CPU, TBB-parallel (the seed's CPU_JIT, CPU_CPP, CPU_PYTHON).
+  CpuInterp, ///< The built-in interpreter (always available).
   Cuda,      ///< NVIDIA GPU through NVPTX and the CUDA driver.
 };
 

@@ -1,14 +1,10 @@
 //===- hsnn/Runtime.h - Detected facts, flags and fallback policy -*- C++ -*-===//
 //
 // What this process can run (GPU, CPU JIT, CPU capability) and the user
-// flags that steer it. Every environment variable hsnn reads:
-//   HSNN_CACHE_DIR          the kernel cache directory (cacheDir)
-//   HSNN_USE_KERNEL_CACHE   0/1 (also true/false, on/off, yes/no)
-//   HSNN_STRICT             0/1 (the same spellings): fallbacks become errors
-//   HSNN_NUM_THREADS        0..1024 (0: all cores)
-//   HSNN_CUDA_LIBRARY       the CUDA driver library to dlopen (default libcuda.so.1)
-//   HSNN_LIBDEVICE          libdevice bitcode for GPU math (default: the toolkit's, found at build time)
-//   HSNN_PTXAS              ptxas, used only by the tests' stand-in driver
+// flags that steer it. The flags' defaults come from HSNN_USE_KERNEL_CACHE,
+// HSNN_STRICT, HSNN_NUM_THREADS and HSNN_CACHE_DIR; every environment
+// variable hsnn reads is in the one table of docs/guide/configuration.md
+// (the ctest docs_drift keeps the two in step).
 // A value that cannot be read is reported through the warning handler,
 // naming the variable and the accepted values, and the default is used.
 // When the method asked for is unavailable, hsnn warns through the warning

@@ -3,7 +3,7 @@
 // LLVM-free interface to the host JIT: compile kernel requests to an object
 // file (the unit the disk cache stores), and load objects into the running
 // process. Loading runs no optimizer, so a cache hit costs only the link.
-// The implementation is lib/CPU/HostJIT.cpp, built into the code generator
+// The implementation is lib/CodeGenModule/HostJIT.cpp, built into the code generator
 // module; the interface sits here, below both the module's table and the
 // cpu_jit engine that loads it.
 //

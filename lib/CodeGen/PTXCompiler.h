@@ -1,7 +1,7 @@
 //===- lib/CodeGen/PTXCompiler.h - Kernels to PTX through NVPTX ----*- C++ -*-===//
 //
 // LLVM-free: compilePtx and ptxArchFor run in the code generator module
-// (CodeGenModule.h, lib/CUDA/PTXCompiler.cpp), the rest in the cuda engine
+// (CodeGenModule.h, lib/CodeGenModule/PTXCompiler.cpp), the rest in the cuda engine
 // (lib/CUDA/PTX.cpp). Here, below both, so that the module's table needs
 // nothing from the engines that load it.
 //

@@ -10,13 +10,13 @@
 
 namespace hsnn::detail {
 
-Expected<HostJIT *> moduleHostJit();                       // CPU/HostJIT.cpp
-Expected<std::string> nvptxArchFor(int ccMajor, int ccMinor); // CUDA/PTXCompiler.cpp
+Expected<HostJIT *> moduleHostJit();                       // HostJIT.cpp
+Expected<std::string> nvptxArchFor(int ccMajor, int ccMinor); // PTXCompiler.cpp
 Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats);
-Expected<std::vector<char>> aotCompile(const AotOptions &options, const AotCodeBuilder &build); // AOT/AotCodeGen.cpp
+Expected<std::vector<char>> aotCompile(const AotOptions &options, const AotCodeBuilder &build); // AotCodeGen.cpp
 // Registers the LLVM targets AOT objects can be made for: every target LLVM was
 // built with where the module links libLLVM.so, the host's alone where it
-// links LLVM's archives (AOT/AotTargets.cpp, compiled once for each).
+// links LLVM's archives (AotTargets.cpp, compiled once for each).
 void initializeAotTargets();
 
 } // namespace hsnn::detail

@@ -1,4 +1,4 @@
-"""python -m hsnn.bench: what Python and PyTorch users get from hsnn.
+"""python3 -m hsnn.bench: what Python and PyTorch users get from hsnn.
 
 1. Python overhead: the W1 layer (256 nodes, 8 formulas) forward on a
    65536 x 256 float32 array from Python, next to the same call timed inside C++.
@@ -148,7 +148,7 @@ def per_call_table(reps):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m hsnn.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m hsnn.bench", description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")

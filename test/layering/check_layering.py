@@ -16,7 +16,7 @@ FLOORS = [
     ["Expr", "Program", "Cache", "Backend"],  # formulas, tapes and the interpreter, the disk cache, device buffers
     ["CodeGen"],        # kernel specs, the IR emitter and the code generators' LLVM-free interfaces
     ["Model"],          # a compiled layer's or loss's formulas, units and kernels to request
-    ["CodeGenModule"],  # the table of the LLVM module (libhsnn-codegen.so) and its loader
+    ["CodeGenModule"],  # the LLVM module (libhsnn-codegen.so): its table, host JIT, NVPTX, AOT objects; its loader
     ["CPU", "CUDA"],    # the engines that load it
     ["Runtime"],        # the public API's implementation
     ["AOT"],            # ahead-of-time objects, built on the runtime

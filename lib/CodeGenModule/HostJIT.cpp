@@ -1,4 +1,4 @@
-//===- lib/CPU/HostJIT.cpp - ORC LLJIT for the host CPU -------------------===//
+//===- lib/CodeGenModule/HostJIT.cpp - ORC LLJIT for the host CPU ---------===//
 //
 // Compiles with our own TargetMachine and new-pass-manager pipeline to an
 // object, then hands the object to LLJIT: the object is what the disk cache

@@ -1,4 +1,4 @@
-//===- lib/AOT/AotTargets.cpp - The LLVM targets AOT objects are made for -===//
+//===- lib/CodeGenModule/AotTargets.cpp - The targets AOT objects use -----===//
 //
 // Part of the code generator module, and the one file of it compiled twice:
 // with libLLVM.so every backend LLVM was built with is there for --target;

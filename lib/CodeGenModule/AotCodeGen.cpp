@@ -1,8 +1,8 @@
-//===- lib/AOT/AotCodeGen.cpp - Ahead-of-time objects for any target ------===//
+//===- lib/CodeGenModule/AotCodeGen.cpp - AOT objects for any target ------===//
 //
 // Part of the code generator module. Same tapes, emitter and pipeline as the
 // JIT; only the target machine (any triple/CPU LLVM knows) and the C entry
-// points differ. The front end is AotCompiler.cpp.
+// points differ. The front end is lib/AOT/AotCompiler.cpp.
 //===----------------------------------------------------------------------===//
 #include "CodeGen/Pipeline.h"
 #include "CodeGenModule/ModuleParts.h"

@@ -1,4 +1,4 @@
-//===- lib/CUDA/PTXCompiler.cpp - Kernels to PTX through NVPTX ------------===//
+//===- lib/CodeGenModule/PTXCompiler.cpp - Kernels to PTX through NVPTX ---===//
 //
 // libdevice is parsed lazily and only the functions used are linked, then
 // everything but the kernels is internalized and optimized away (eager
