@@ -361,9 +361,12 @@ Error GpuActivation::run(KernelKind kind, CUdeviceptr z, CUdeviceptr err, CUdevi
         return e;
     }
   } else {
-    uint64_t total = uint64_t(batch) * nodes;
-    uint64_t gx = std::clamp<uint64_t>((total + block - 1) / block, 1, full);
-    if (Error e = module_->launch(k, args, unsigned(gx), 1, unsigned(block), queue))
+    // Tiles of rows x nodes, each through one block of the size the kernel
+    // requires (KernelSpec.h); as many blocks as fill the device, or tiles.
+    uint64_t tiles = (uint64_t(batch) + kBatchMajorTileRows - 1) / kBatchMajorTileRows *
+                     ((nodes + kBatchMajorTileNodes - 1) / kBatchMajorTileNodes);
+    uint64_t gx = std::clamp<uint64_t>(tiles, 1, std::min<uint64_t>(full * block / kBatchMajorBlock, kMaxGridX));
+    if (Error e = module_->launch(k, args, unsigned(gx), 1, kBatchMajorBlock, queue))
       return e;
   }
   return module_->finish(queue);

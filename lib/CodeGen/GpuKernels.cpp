@@ -2,8 +2,9 @@
 //
 // The same element lowering as the CPU loops, wrapped for the GPU:
 // - a layer is one launch whatever its node count; each element looks up its
-//   node's program (a switch that is uniform per block in nodes-major, where
-//   the y grid dimension is the node) and its constants;
+//   node's program and constants through a switch that is uniform per warp:
+//   in nodes-major the y grid dimension is the node, and batch-major layers
+//   go through shared-memory tiles in which a warp computes one node;
 // - loss sums are reduced without atomics: each thread sums its grid-stride
 //   share, the warp adds those with shuffles in a fixed tree, lane 0 writes
 //   one partial, and a one-warp kernel adds the partials in a fixed order.
@@ -25,6 +26,18 @@ constexpr unsigned kWarp = 32;
 /// Grid strides each thread loads ahead of the element it computes.
 constexpr unsigned kAhead = 4;
 constexpr unsigned kGlobalAddressSpace = 1; // NVPTX's global memory
+/// A batch-major layer's tile: rows x nodes (a warp's width), and the
+/// threads of the block that goes through it (KernelSpec.h).
+constexpr unsigned kTileRows = kBatchMajorTileRows, kTileNodes = kBatchMajorTileNodes, kTileBlock = kBatchMajorBlock;
+static_assert(kTileNodes == kWarp && kTileRows % kWarp == 0 && kTileBlock % kWarp == 0 &&
+              kTileRows % (kTileBlock / kWarp) == 0 && kTileNodes % (kTileBlock / kWarp) == 0);
+
+/// array[at] through the read-only data cache: an ld.global.nc intrinsic.
+Value *loadGlobal(IRBuilder<> &b, Type *t, Value *array, Value *at) {
+  Type *globalPtr = PointerType::get(b.getContext(), kGlobalAddressSpace);
+  Value *p = b.CreateAddrSpaceCast(b.CreateInBoundsGEP(t, array, at), globalPtr);
+  return b.CreateIntrinsic(Intrinsic::nvvm_ldg_global_f, {t, globalPtr}, {p, b.getInt32(t->getPrimitiveSizeInBits() / 8)});
+}
 
 /// The inputs of the next kAhead elements a thread will compute, loaded
 /// ahead: each iteration issues the loads for kAhead strides later, so a
@@ -82,10 +95,7 @@ public:
 private:
   Value *load(IRBuilder<> &b, Value *array, Value *index) {
     Value *clamped = b.CreateSelect(b.CreateICmpULT(index, last_), index, last_);
-    Value *generic = b.CreateInBoundsGEP(t_, array, b.CreateAdd(base_, clamped));
-    Type *globalPtr = PointerType::get(b.getContext(), kGlobalAddressSpace);
-    return b.CreateIntrinsic(Intrinsic::nvvm_ldg_global_f, {t_, globalPtr},
-                             {b.CreateAddrSpaceCast(generic, globalPtr), b.getInt32(t_->getPrimitiveSizeInBits() / 8)});
+    return loadGlobal(b, t_, array, b.CreateAdd(base_, clamped));
   }
 
   Type *t_;
@@ -102,6 +112,8 @@ public:
   GpuKernelBuilder(Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o), lowering_(m, o) {}
 
   llvm::Error layer(const GpuLayerKernel &k) {
+    if (k.layout == Layout::BatchMajor)
+      return batchMajorLayer(k);
     Type *t = elementType(k.dtype);
     Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
     auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_),
@@ -111,8 +123,7 @@ public:
     Function *f = *fn;
     for (unsigned readOnly : {4u, 5u, 6u})
       f->addParamAttr(readOnly, Attribute::ReadOnly);
-    Value *batch = f->getArg(7), *nodes = f->getArg(8), *firstNode = f->getArg(9);
-    bool nodesMajor = k.layout == Layout::NodesMajor;
+    Value *batch = f->getArg(7), *firstNode = f->getArg(9);
 
     BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
                *loop = BasicBlock::Create(ctx_, "loop", f), *latch = BasicBlock::Create(ctx_, "latch", f),
@@ -121,32 +132,23 @@ public:
     if (opt_.fastMath)
       b.setFastMathFlags(FastMathFlags::getFast());
     auto [start, step] = gridStride(b);
-    Value *total = nodesMajor ? batch : b.CreateMul(batch, nodes);
-    Value *node0 = nodesMajor ? b.CreateAdd(firstNode, sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_y))
-                              : b.CreateURem(start, nodes);
-    // Batch-major: element i belongs to node i % nodes, advanced without a
-    // division per element.
-    Value *stepNodes = nodesMajor ? nullptr : b.CreateURem(step, nodes);
-    // Element i of the loop is at base + i: the node's row (nodes-major) or
-    // the whole array (batch-major).
-    Value *base = nodesMajor ? b.CreateMul(node0, batch) : b.getInt64(0);
-    b.CreateCondBr(b.CreateICmpSLT(start, total), pre, exit);
+    // Nodes-major: the y grid dimension is the node, so the formula switch
+    // is uniform per block; element i of the loop is at the node's row + i.
+    Value *node = b.CreateAdd(firstNode, sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_y));
+    Value *base = b.CreateMul(node, batch);
+    b.CreateCondBr(b.CreateICmpSLT(start, batch), pre, exit);
 
     b.SetInsertPoint(pre);
     std::vector<Value *> inputs = {f->getArg(0)};
     if (k.kind == KernelKind::Backward)
       inputs.push_back(f->getArg(1));
-    LoadAhead ahead(b, t, inputs, base, start, step, total);
+    LoadAhead ahead(b, t, inputs, base, start, step, batch);
     b.CreateBr(loop);
 
     b.SetInsertPoint(loop);
     PHINode *i = b.CreatePHI(i64, 2, "i");
     i->addIncoming(start, pre);
-    PHINode *nodePhi = nodesMajor ? nullptr : b.CreatePHI(i64, 2, "node");
-    if (nodePhi)
-      nodePhi->addIncoming(node0, pre);
     std::vector<Value *> current = ahead.enter(b, i);
-    Value *node = nodesMajor ? node0 : nodePhi;
     Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
     Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
     Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
@@ -170,11 +172,140 @@ public:
     Value *next = b.CreateAdd(i, step, "i.next", true, true);
     i->addIncoming(next, latch);
     ahead.close(latch);
-    if (nodePhi) {
-      Value *n1 = b.CreateAdd(nodePhi, stepNodes);
-      nodePhi->addIncoming(b.CreateSelect(b.CreateICmpUGE(n1, nodes), b.CreateSub(n1, nodes), n1), latch);
+    b.CreateCondBr(b.CreateICmpSLT(next, batch), loop, exit);
+    b.SetInsertPoint(exit);
+    b.CreateRetVoid();
+    return llvm::Error::success();
+  }
+
+  /// A batch-major layer ((batch, nodes), row-major) in tiles of
+  /// kTileRows rows x kTileNodes nodes, so that every warp computes one node
+  /// at a time. A block of kTileBlock threads loads a tile coalesced (a warp
+  /// per row, a lane per node: each thread issues its kTileRows / warps loads
+  /// before it stores any, so they are in flight together) into shared
+  /// memory; each warp then takes columns (a lane per row: one node, one
+  /// formula, no divergence) and writes its results back into the tile; the
+  /// block stores the tile coalesced. Each element goes through the same
+  /// lowering as in nodes-major, so the two layouts give the same bits. Rows
+  /// are padded by one element so that a warp's column reads hit different
+  /// banks. Past the layer's edge, loads are clamped to its last row and node
+  /// (computed, never stored). Blocks walk the tiles grid-stride.
+  llvm::Error batchMajorLayer(const GpuLayerKernel &k) {
+    Type *t = elementType(k.dtype);
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_),
+                                                 {ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false),
+                     kTileBlock);
+    if (!fn)
+      return fn.takeError();
+    Function *f = *fn;
+    for (unsigned readOnly : {4u, 5u, 6u})
+      f->addParamAttr(readOnly, Attribute::ReadOnly);
+    Value *batch = f->getArg(7), *nodes = f->getArg(8);
+    constexpr unsigned warps = kTileBlock / kWarp, rowsPerWarp = kTileRows / warps;
+    // Tile 0 holds z (then out0), tile 1 err (backward) or out1 (fused).
+    bool twoTiles = k.kind == KernelKind::Backward || k.kind == KernelKind::Fused;
+
+    IRBuilder<> b(BasicBlock::Create(ctx_, "entry", f));
+    if (opt_.fastMath)
+      b.setFastMathFlags(FastMathFlags::getFast());
+    Value *tiles[2] = {sharedTile(b, k.symbol + ".tile0", t), twoTiles ? sharedTile(b, k.symbol + ".tile1", t) : nullptr};
+    Value *tid = sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x);
+    Value *lane = b.CreateAnd(tid, b.getInt64(kWarp - 1)), *warp = b.CreateLShr(tid, b.getInt64(5));
+    Value *colTiles = b.CreateUDiv(b.CreateAdd(nodes, b.getInt64(kTileNodes - 1)), b.getInt64(kTileNodes));
+    Value *count = b.CreateMul(b.CreateUDiv(b.CreateAdd(batch, b.getInt64(kTileRows - 1)), b.getInt64(kTileRows)),
+                               colTiles);
+    Value *lastRow = b.CreateSub(batch, b.getInt64(1)), *lastNode = b.CreateSub(nodes, b.getInt64(1));
+    Value *first = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    Value *stride = sreg(b, Intrinsic::nvvm_read_ptx_sreg_nctaid_x);
+    BasicBlock *entry = b.GetInsertBlock(), *tileLoop = BasicBlock::Create(ctx_, "tile", f),
+               *exit = BasicBlock::Create(ctx_, "exit", f);
+    b.CreateCondBr(b.CreateICmpULT(first, count), tileLoop, exit);
+
+    b.SetInsertPoint(tileLoop);
+    PHINode *tile = b.CreatePHI(i64, 2, "tile");
+    tile->addIncoming(first, entry);
+    Value *row0 = b.CreateMul(b.CreateUDiv(tile, colTiles), b.getInt64(kTileRows));
+    Value *col = b.CreateAdd(b.CreateMul(b.CreateURem(tile, colTiles), b.getInt64(kTileNodes)), lane);
+    Value *colIn = b.CreateICmpULT(col, nodes);
+    Value *clampedCol = b.CreateSelect(colIn, col, lastNode);
+    auto slot = [&](Value *which, Value *r, Value *c) { // tile[r][c], rows padded to kTileNodes + 1
+      return b.CreateInBoundsGEP(t, which, b.CreateAdd(b.CreateMul(r, b.getInt64(kTileNodes + 1)), c));
+    };
+    auto tileRow = [&](unsigned j) { return b.CreateAdd(warp, b.getInt64(j * warps)); };
+
+    // Rows in, a warp per row and a lane per node: every load, then every
+    // shared store.
+    for (unsigned input = 0; input < (k.kind == KernelKind::Backward ? 2u : 1u); ++input) {
+      std::vector<Value *> loaded;
+      for (unsigned j = 0; j < rowsPerWarp; ++j) {
+        Value *row = b.CreateAdd(row0, tileRow(j));
+        row = b.CreateSelect(b.CreateICmpULT(row, batch), row, lastRow);
+        loaded.push_back(loadGlobal(b, t, f->getArg(input), b.CreateAdd(b.CreateMul(row, nodes), clampedCol)));
+      }
+      for (unsigned j = 0; j < rowsPerWarp; ++j)
+        b.CreateStore(loaded[j], slot(tiles[input], tileRow(j), lane));
     }
-    b.CreateCondBr(b.CreateICmpSLT(next, total), loop, exit);
+    b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+
+    // Columns through the formulas, a warp per node and a lane per row:
+    // step s is column warp + warps * (s / (kTileRows / kWarp)) and rows
+    // kWarp * (s % (kTileRows / kWarp)) + lane. A loop, not unrolled: its
+    // body holds every formula of the layer.
+    constexpr unsigned rowGroups = kTileRows / kWarp;
+    llvm::Error failed = llvm::Error::success();
+    Value *col0 = b.CreateSub(col, lane);
+    counted(b, f, kTileNodes / warps * rowGroups, "column", [&](Value *step) {
+      Value *c = b.CreateAdd(warp, b.CreateMul(b.CreateUDiv(step, b.getInt64(rowGroups)), b.getInt64(warps)));
+      Value *r = b.CreateAdd(b.CreateMul(b.CreateURem(step, b.getInt64(rowGroups)), b.getInt64(kWarp)), lane);
+      Value *node = b.CreateAdd(col0, c);
+      guarded(b, f, b.CreateICmpULT(node, nodes), [&] { // the same for the whole warp
+        Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
+        Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
+        Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
+        Value *mine[2] = {slot(tiles[0], r, c), twoTiles ? slot(tiles[1], r, c) : nullptr};
+        ElementIO io{f, nullptr, t, 0};
+        io.preloaded[0] = b.CreateLoad(t, mine[0]);
+        if (k.kind == KernelKind::Backward)
+          io.preloaded[1] = b.CreateLoad(t, mine[1]);
+        io.store = [&](Value *v, unsigned arg) { b.CreateStore(v, mine[arg - 2]); };
+        BasicBlock *done = BasicBlock::Create(ctx_, "unit.done", f);
+        SwitchInst *sw = b.CreateSwitch(unit, done, unsigned(k.units.size()));
+        for (size_t u = 0; u < k.units.size() && !failed; ++u) {
+          BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, done);
+          sw->addCase(b.getInt32(uint32_t(u)), body);
+          b.SetInsertPoint(body);
+          std::vector<Value *> constants;
+          lowering_.constants(b, *k.units[u], params, t, constants);
+          if (auto e = lowering_.element(b, k.kind, *k.units[u], constants, io, nullptr); !e)
+            failed = e.takeError();
+          b.CreateBr(done);
+        }
+        b.SetInsertPoint(done);
+      });
+    });
+    if (failed)
+      return failed;
+    b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+
+    // Rows out, as they came in: every shared load, then the stores that
+    // fall inside the layer.
+    for (unsigned output = 0; output < (k.kind == KernelKind::Fused ? 2u : 1u); ++output) {
+      std::vector<Value *> results;
+      for (unsigned j = 0; j < rowsPerWarp; ++j)
+        results.push_back(b.CreateLoad(t, slot(tiles[output], tileRow(j), lane)));
+      for (unsigned j = 0; j < rowsPerWarp; ++j) {
+        Value *row = b.CreateAdd(row0, tileRow(j));
+        guarded(b, f, b.CreateAnd(b.CreateICmpULT(row, batch), colIn), [&] {
+          b.CreateStore(results[j], b.CreateInBoundsGEP(t, f->getArg(2 + output), b.CreateAdd(b.CreateMul(row, nodes), col)));
+        });
+      }
+    }
+    // The next tile's loads must not overwrite a tile still being read.
+    b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+    Value *next = b.CreateAdd(tile, stride);
+    tile->addIncoming(next, b.GetInsertBlock());
+    b.CreateCondBr(b.CreateICmpULT(next, count), tileLoop, exit);
     b.SetInsertPoint(exit);
     b.CreateRetVoid();
     return llvm::Error::success();
@@ -419,6 +550,48 @@ public:
 private:
   Type *elementType(DType d) { return d == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_); }
 
+  /// A kTileRows x (kTileNodes + 1) array of t in shared memory, as a generic
+  /// pointer (the address-space inference pass turns its loads and stores
+  /// into ld/st.shared).
+  Value *sharedTile(IRBuilder<> &b, const std::string &name, Type *t) {
+    constexpr unsigned kSharedAddressSpace = 3;
+    auto *type = ArrayType::get(t, kTileRows * (kTileNodes + 1));
+    auto *g = new GlobalVariable(m_, type, false, GlobalValue::InternalLinkage, UndefValue::get(type), name, nullptr,
+                                 GlobalValue::NotThreadLocal, kSharedAddressSpace);
+    g->setAlignment(Align(t->getPrimitiveSizeInBits() / 8));
+    return b.CreateAddrSpaceCast(g, PointerType::getUnqual(ctx_));
+  }
+
+  /// for (i = 0; i < n; ++i) body(i): a loop kept rolled (its body may
+  /// hold every formula of the layer).
+  void counted(IRBuilder<> &b, Function *f, unsigned n, const std::string &name, const std::function<void(Value *)> &body) {
+    BasicBlock *before = b.GetInsertBlock(), *loop = BasicBlock::Create(ctx_, name, f),
+               *after = BasicBlock::Create(ctx_, name + ".done", f);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    PHINode *i = b.CreatePHI(b.getInt64Ty(), 2, name + ".i");
+    i->addIncoming(b.getInt64(0), before);
+    body(i);
+    Value *next = b.CreateAdd(i, b.getInt64(1));
+    i->addIncoming(next, b.GetInsertBlock());
+    BranchInst *back = b.CreateCondBr(b.CreateICmpULT(next, b.getInt64(n)), loop, after);
+    MDNode *disable = MDNode::get(ctx_, MDString::get(ctx_, "llvm.loop.unroll.disable"));
+    MDNode *id = MDNode::getDistinct(ctx_, {nullptr, disable});
+    id->replaceOperandWith(0, id);
+    back->setMetadata(LLVMContext::MD_loop, id);
+    b.SetInsertPoint(after);
+  }
+
+  /// if (cond) body(); continuing after it.
+  void guarded(IRBuilder<> &b, Function *f, Value *cond, const std::function<void()> &body) {
+    BasicBlock *then = BasicBlock::Create(ctx_, "then", f), *join = BasicBlock::Create(ctx_, "join", f);
+    b.CreateCondBr(cond, then, join);
+    b.SetInsertPoint(then);
+    body();
+    b.CreateBr(join);
+    b.SetInsertPoint(join);
+  }
+
   Value *sreg(IRBuilder<> &b, Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); }
 
   /// The global thread id along x, and the grid's thread count along x.
@@ -429,15 +602,22 @@ private:
     return {start, b.CreateMul(ntid, sreg(b, Intrinsic::nvvm_read_ptx_sreg_nctaid_x))};
   }
 
-  llvm::Expected<Function *> kernel(const std::string &symbol, FunctionType *fty) {
+  /// A kernel entry point; `threads`, where not 0, is the block size it
+  /// must be launched with (reqntid).
+  llvm::Expected<Function *> kernel(const std::string &symbol, FunctionType *fty, unsigned threads = 0) {
     if (m_.getFunction(symbol))
       return make_error<StringError>("duplicate kernel symbol " + symbol, inconvertibleErrorCode());
     Function *f = Function::Create(fty, Function::ExternalLinkage, symbol, m_);
     f->setDoesNotThrow();
     markArraysNoAlias(*f);
-    Metadata *md[] = {ValueAsMetadata::get(f), MDString::get(ctx_, "kernel"), ConstantAsMetadata::get(
-                                                                                   ConstantInt::get(Type::getInt32Ty(ctx_), 1))};
-    m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
+    auto annotate = [&](const char *key, unsigned value) {
+      Metadata *md[] = {ValueAsMetadata::get(f), MDString::get(ctx_, key),
+                        ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx_), value))};
+      m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
+    };
+    annotate("kernel", 1);
+    if (threads)
+      annotate("reqntidx", threads);
     return f;
   }
 

@@ -99,7 +99,10 @@ struct KernelRequest {
 /// unitOf[node] picks the node's program from `units`, offsets[node] its
 /// constants in params. Nodes-major: node = firstNode + blockIdx.y, and the
 /// x threads stride over its batch elements (the unit is uniform per block).
-/// Batch-major: a 1-D grid strides over all batch * nodes elements.
+/// Batch-major: blocks of exactly kBatchMajorBlock threads walk tiles of
+/// kBatchMajorTileRows rows x kBatchMajorTileNodes nodes along a 1-D grid
+/// (firstNode unused): a warp computes one node at a time.
+inline constexpr unsigned kBatchMajorTileRows = 64, kBatchMajorTileNodes = 32, kBatchMajorBlock = 256;
 struct GpuLayerKernel {
   std::string symbol;
   KernelKind kind = KernelKind::Forward;

@@ -105,7 +105,7 @@ in_root bash -c '
   $py -m pytest -q -p no:cacheprovider tests
   if [ -f libdevice.10.bc ]; then
     HSNN_CUDA_LIBRARY=/hsnn-test/libhsnn_fake_cuda.so HSNN_FAKE_CUDA_DEVICES=9.0 HSNN_LIBDEVICE=/hsnn-test/libdevice.10.bc \
-      $py -m pytest -q -p no:cacheprovider -rs tests/test_cuda_dlpack.py tests/test_backends.py
+      $py -m pytest -q -p no:cacheprovider -rs tests/test_cuda_dlpack.py tests/test_backends.py tests/test_backend_interface.py
   else
     echo "the stand-in CUDA driver tests: skipped (no libdevice.10.bc here: set HSNN_LIBDEVICE)"
   fi

@@ -262,7 +262,7 @@ TEST_CASE("a cuda layer runs every node in one launch, in either layout") {
     REQUIRE_OK_EXPECTED(batchMajor);
     fake.clearLaunches();
     REQUIRE_OK(batchMajor->forward(z, a, 1000));
-    // 1-D over 3000 elements: ceil(3000 / 256) = 12 blocks, capped at 8.
+    // Tiles of 64 rows x 32 nodes: 16, in blocks of 256 threads, capped at the 8 that fill the device.
     CHECK(fake.launches() == "hsnn_layer_forward_batch_major 8,1 256;");
   }
   CHECK(fake.count("live_allocations") == allocations);

@@ -19,11 +19,14 @@
 #include "hsnn/Layer.h"
 
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/Constants.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/TargetSelect.h>
 
 #include <barrier>
+#include <cstring>
+#include <limits>
 #include <deque>
 #include <dlfcn.h>
 #include <memory>
@@ -43,6 +46,7 @@ struct Warp {
 struct ThreadState {
   uint32_t tid = 0, ntid = 0, ctaidX = 0, ctaidY = 0, nctaidX = 0, nctaidY = 0;
   Warp *warp = nullptr;
+  std::barrier<> *block = nullptr; // __syncthreads
 };
 thread_local ThreadState self;
 
@@ -54,6 +58,7 @@ extern "C" uint32_t emuNctaidX() { return self.nctaidX; }
 extern "C" uint32_t emuNctaidY() { return self.nctaidY; }
 // shfl.sync.down with the whole warp as one segment: lanes past the end
 // keep their own value.
+extern "C" void emuBarrier0() { self.block->arrive_and_wait(); }
 extern "C" float emuLdgF32(const float *p, int32_t) { return *p; }
 extern "C" double emuLdgF64(const double *p, int32_t) { return *p; }
 extern "C" uint32_t emuShflDown(uint32_t, uint32_t v, uint32_t delta, uint32_t) {
@@ -72,10 +77,11 @@ void launch(unsigned gx, unsigned gy, unsigned block, const std::function<void()
   for (unsigned by = 0; by < gy; ++by)
     for (unsigned bx = 0; bx < gx; ++bx) {
       std::deque<Warp> warps(block / 32);
+      std::barrier<> sync(block);
       std::vector<std::thread> threads;
       for (unsigned t = 0; t < block; ++t)
         threads.emplace_back([&, t] {
-          self = {t, block, bx, by, gx, gy, &warps[t / 32]};
+          self = {t, block, bx, by, gx, gy, &warps[t / 32], &sync};
           body();
         });
       for (auto &th : threads)
@@ -105,6 +111,24 @@ public:
     llvm::Error e = detail::emitGpuKernels(*m, spec, emit);
     REQUIRE_MESSAGE(!e, llvm::toString(std::move(e)));
 
+    // Shared memory (address space 3) becomes host memory: blocks run one
+    // after another, so one array serves each in turn.
+    std::vector<llvm::GlobalVariable *> shared;
+    for (llvm::GlobalVariable &g : m->globals())
+      if (g.getAddressSpace() == 3)
+        shared.push_back(&g);
+    for (llvm::GlobalVariable *g : shared) {
+      auto *host = new llvm::GlobalVariable(*m, g->getValueType(), false, llvm::GlobalValue::InternalLinkage,
+                                            llvm::Constant::getNullValue(g->getValueType()), g->getName() + ".host");
+      host->setAlignment(g->getAlign());
+      for (llvm::User *u : std::vector<llvm::User *>(g->user_begin(), g->user_end())) {
+        auto *cast = llvm::dyn_cast<llvm::ConstantExpr>(u);
+        REQUIRE_MESSAGE((cast && cast->getOpcode() == llvm::Instruction::AddrSpaceCast),
+                        "shared memory is reached through an addrspacecast to a generic pointer");
+        cast->replaceAllUsesWith(host);
+      }
+      g->eraseFromParent();
+    }
     // Special registers and shuffles become calls into the emulation;
     // __nv_* math resolves to the host's libm.
     static const std::map<std::string, void *> kEmulated = {
@@ -115,6 +139,7 @@ public:
         {"llvm.nvvm.read.ptx.sreg.nctaid.x", reinterpret_cast<void *>(&emuNctaidX)},
         {"llvm.nvvm.read.ptx.sreg.nctaid.y", reinterpret_cast<void *>(&emuNctaidY)},
         {"llvm.nvvm.shfl.sync.down.i32", reinterpret_cast<void *>(&emuShflDown)},
+        {"llvm.nvvm.barrier0", reinterpret_cast<void *>(&emuBarrier0)},
         {"llvm.nvvm.ldg.global.f.f32.p1", reinterpret_cast<void *>(&emuLdgF32)},
         {"llvm.nvvm.ldg.global.f.f64.p1", reinterpret_cast<void *>(&emuLdgF64)}};
     llvm::orc::SymbolMap symbols;
@@ -233,7 +258,7 @@ template <class T> void compareLayer(Layout layout) {
   if (params.empty())
     params.push_back(0);
   // Shapes that make threads loop: nodes-major (2, nodes) x 64 threads over
-  // 300 elements a node; batch-major 3 x 64 threads over all 6900. The
+  // 300 elements a node; batch-major 3 blocks over its 5 tiles. The
   // nodes-major launch is split in two at node 10, as launches past 65535
   // nodes are.
   auto run = [&](int kind, const T *errIn, T *o0, T *o1) {
@@ -243,7 +268,8 @@ template <class T> void compareLayer(Layout layout) {
       launch(2, unsigned(nn - 10), 64,
              [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 10); });
     } else {
-      launch(3, 1, 64, [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
+      launch(3, 1, detail::kBatchMajorBlock,
+             [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
     }
   };
   run(0, nullptr, a.data(), nullptr);
@@ -424,6 +450,88 @@ TEST_CASE("GPU layer kernels, emulated on CPU threads, match the interpreter in 
   compareLayer<float>(Layout::BatchMajor);
   compareLayer<double>(Layout::NodesMajor);
   compareLayer<double>(Layout::BatchMajor);
+}
+
+// Batch-major kernels (shared-memory tiles, a warp per node) give the bits
+// of nodes-major ones (a node per grid row) on the same elements: 40 nodes
+// (a full and a partial column of tiles) x 300 rows (a partial row of
+// tiles), grids of fewer blocks than the 10 tiles, so blocks take several.
+template <class T> void compareLayouts() {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::vector<NodeSpec> nodes;
+  for (size_t j = 0; j < 40; ++j) {
+    const std::string &f = kFormulas[j % kFormulas.size()];
+    std::map<std::string, double> c;
+    if (f.find("alpha") != std::string::npos)
+      c["alpha"] = 0.5 + double(j);
+    if (f.find("beta") != std::string::npos)
+      c["beta"] = 0.01 * double(j + 1);
+    nodes.push_back({f, c});
+  }
+  auto [ref, compiled] = layerModels(nodes, dt, Layout::BatchMajor);
+  const detail::CompiledModel &model = *compiled;
+  detail::GpuModuleSpec spec;
+  for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor})
+    for (int k = 0; k < 3; ++k) {
+      detail::GpuLayerKernel kernel{std::string(to_string(layout)) + std::to_string(k), detail::KernelKind(k), dt,
+                                    layout, {}};
+      for (const detail::CodeUnit &u : model.units)
+        kernel.units.push_back(u.programs[size_t(k)]);
+      spec.layers.push_back(std::move(kernel));
+    }
+  EmulatedModule module(spec);
+
+  const size_t batch = 300, width = nodes.size(), n = width * batch;
+  std::vector<T> z(n), err(n), zt(n), errt(n);
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<double> pick(-6, 6);
+  for (size_t i = 0; i < n; ++i) {
+    z[i] = T(pick(rng));
+    err[i] = T(pick(rng));
+  }
+  z[5] = T(0), z[7] = -T(0), z[11] = std::numeric_limits<T>::infinity(), z[13] = std::numeric_limits<T>::quiet_NaN();
+  z[17] = std::numeric_limits<T>::denorm_min();
+  for (size_t r = 0; r < batch; ++r) // nodes-major copies: node j's row is column j
+    for (size_t j = 0; j < width; ++j)
+      zt[j * batch + r] = z[r * width + j], errt[j * batch + r] = err[r * width + j];
+  int64_t nb = int64_t(batch), nn = int64_t(width);
+  std::vector<double> params = model.defaultParams;
+  auto bits = [](T v) {
+    std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t> u;
+    std::memcpy(&u, &v, sizeof u);
+    return u;
+  };
+  for (int kind = 0; kind < 3; ++kind) {
+    CAPTURE(kind);
+    std::vector<T> na(n), nd(n);
+    auto *nodesMajor = module.kernel<LayerKernel>("nodes_major" + std::to_string(kind));
+    launch(2, unsigned(width), 64, [&] {
+      nodesMajor(zt.data(), errt.data(), na.data(), nd.data(), params.data(), model.unitOf.data(), model.offsets.data(),
+                 nb, nn, 0);
+    });
+    auto *batchMajor = module.kernel<LayerKernel>("batch_major" + std::to_string(kind));
+    for (unsigned grid : {1u, 3u, 7u}) {
+      CAPTURE(grid);
+      std::vector<T> ba(n, T(-1)), bd(n, T(-1));
+      launch(grid, 1, detail::kBatchMajorBlock, [&] {
+        batchMajor(z.data(), err.data(), ba.data(), bd.data(), params.data(), model.unitOf.data(), model.offsets.data(),
+                   nb, nn, 0);
+      });
+      size_t differ = 0;
+      for (size_t r = 0; r < batch; ++r)
+        for (size_t j = 0; j < width; ++j) {
+          differ += bits(ba[r * width + j]) != bits(na[j * batch + r]);
+          if (kind == 2)
+            differ += bits(bd[r * width + j]) != bits(nd[j * batch + r]);
+        }
+      CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("batch-major GPU kernels, emulated, give the bits of nodes-major ones") {
+  compareLayouts<float>();
+  compareLayouts<double>();
 }
 
 TEST_CASE("GPU constant-gradient kernels, emulated on CPU threads, match the interpreter's sums") {
