@@ -17,6 +17,8 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
+#include <optional>
+
 namespace hsnn::detail {
 namespace {
 
@@ -149,24 +151,11 @@ public:
     PHINode *i = b.CreatePHI(i64, 2, "i");
     i->addIncoming(start, pre);
     std::vector<Value *> current = ahead.enter(b, i);
-    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
-    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
-    Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
-    Value *at = b.CreateAdd(base, i);
-    ElementIO io{f, at, t, 0};
+    ElementIO io{f, b.CreateAdd(base, i), t, 0};
     for (size_t a = 0; a < current.size(); ++a)
       io.preloaded[a] = current[a];
-    SwitchInst *sw = b.CreateSwitch(unit, latch, unsigned(k.units.size()));
-    for (size_t u = 0; u < k.units.size(); ++u) {
-      BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, latch);
-      sw->addCase(b.getInt32(uint32_t(u)), body);
-      b.SetInsertPoint(body);
-      std::vector<Value *> slot;
-      lowering_.constants(b, *k.units[u], params, t, slot);
-      if (auto r = lowering_.element(b, k.kind, *k.units[u], slot, io, nullptr); !r)
-        return r.takeError();
-      b.CreateBr(latch);
-    }
+    if (llvm::Error e = nodeFormula(b, f, k, node, io, latch))
+      return e;
 
     b.SetInsertPoint(latch);
     Value *next = b.CreateAdd(i, step, "i.next", true, true);
@@ -253,16 +242,13 @@ public:
     // kWarp * (s % (kTileRows / kWarp)) + lane. A loop, not unrolled: its
     // body holds every formula of the layer.
     constexpr unsigned rowGroups = kTileRows / kWarp;
-    llvm::Error failed = llvm::Error::success();
+    std::optional<llvm::Error> failed; // the body is emitted once
     Value *col0 = b.CreateSub(col, lane);
     counted(b, f, kTileNodes / warps * rowGroups, "column", [&](Value *step) {
       Value *c = b.CreateAdd(warp, b.CreateMul(b.CreateUDiv(step, b.getInt64(rowGroups)), b.getInt64(warps)));
       Value *r = b.CreateAdd(b.CreateMul(b.CreateURem(step, b.getInt64(rowGroups)), b.getInt64(kWarp)), lane);
       Value *node = b.CreateAdd(col0, c);
       guarded(b, f, b.CreateICmpULT(node, nodes), [&] { // the same for the whole warp
-        Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
-        Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
-        Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
         Value *mine[2] = {slot(tiles[0], r, c), twoTiles ? slot(tiles[1], r, c) : nullptr};
         ElementIO io{f, nullptr, t, 0};
         io.preloaded[0] = b.CreateLoad(t, mine[0]);
@@ -270,22 +256,13 @@ public:
           io.preloaded[1] = b.CreateLoad(t, mine[1]);
         io.store = [&](Value *v, unsigned arg) { b.CreateStore(v, mine[arg - 2]); };
         BasicBlock *done = BasicBlock::Create(ctx_, "unit.done", f);
-        SwitchInst *sw = b.CreateSwitch(unit, done, unsigned(k.units.size()));
-        for (size_t u = 0; u < k.units.size() && !failed; ++u) {
-          BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, done);
-          sw->addCase(b.getInt32(uint32_t(u)), body);
-          b.SetInsertPoint(body);
-          std::vector<Value *> constants;
-          lowering_.constants(b, *k.units[u], params, t, constants);
-          if (auto e = lowering_.element(b, k.kind, *k.units[u], constants, io, nullptr); !e)
-            failed = e.takeError();
-          b.CreateBr(done);
-        }
+        if (llvm::Error e = nodeFormula(b, f, k, node, io, done))
+          failed.emplace(std::move(e));
         b.SetInsertPoint(done);
       });
     });
     if (failed)
-      return failed;
+      return std::move(*failed);
     b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
 
     // Rows out, as they came in: every shared load, then the stores that
@@ -549,6 +526,28 @@ public:
 
 private:
   Type *elementType(DType d) { return d == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_); }
+
+  /// One element through `node`'s formula: its unit and constants looked up,
+  /// then a switch over the kernel's units, every case branching to `done`.
+  llvm::Error nodeFormula(IRBuilder<> &b, Function *f, const GpuLayerKernel &k, Value *node, ElementIO &io,
+                          BasicBlock *done) {
+    Type *i64 = b.getInt64Ty();
+    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
+    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
+    Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
+    SwitchInst *sw = b.CreateSwitch(unit, done, unsigned(k.units.size()));
+    for (size_t u = 0; u < k.units.size(); ++u) {
+      BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, done);
+      sw->addCase(b.getInt32(uint32_t(u)), body);
+      b.SetInsertPoint(body);
+      std::vector<Value *> constants;
+      lowering_.constants(b, *k.units[u], params, io.t, constants);
+      if (auto r = lowering_.element(b, k.kind, *k.units[u], constants, io, nullptr); !r)
+        return r.takeError();
+      b.CreateBr(done);
+    }
+    return llvm::Error::success();
+  }
 
   /// A kTileRows x (kTileNodes + 1) array of t in shared memory, as a generic
   /// pointer (the address-space inference pass turns its loads and stores

@@ -133,10 +133,11 @@ def _activation_grad(ctx, grad_a, grad_d):
     return gz, gc, None, None
 
 
-def _backward_setup(ctx, inputs, output):
-    z, c, err, key, path = inputs
+def _save_inputs(ctx, inputs, output):
+    """For operators of three tensors, a key and a path: all of them."""
+    *tensors, key, path = inputs
     ctx.key, ctx.path = key, path
-    ctx.save_for_backward(z, c, err)
+    ctx.save_for_backward(*tensors)
 
 
 def _backward_grad(ctx, h):
@@ -176,8 +177,8 @@ def _constant_gradient_grad(ctx, h):
 
 
 activation.register_autograd(_activation_grad, setup_context=_activation_setup)
-activation_backward.register_autograd(_backward_grad, setup_context=_backward_setup)
-activation_constant_gradient.register_autograd(_constant_gradient_grad, setup_context=_backward_setup)
+activation_backward.register_autograd(_backward_grad, setup_context=_save_inputs)
+activation_constant_gradient.register_autograd(_constant_gradient_grad, setup_context=_save_inputs)
 
 
 # --- losses -----------------------------------------------------------------
@@ -254,16 +255,10 @@ def _loss_grad(ctx, grad_value, grad_grad):
     return gyp, gyt, gc, None, None
 
 
-def _elements_setup(ctx, inputs, output):
-    y_pred, y_true, c, key, path = inputs
-    ctx.key, ctx.path = key, path
-    ctx.save_for_backward(y_pred, y_true, c)
-
-
 def _elements_grad(ctx, h):
     y_pred, y_true, c = ctx.saved_tensors
     return _loss_grads(ctx, h, y_pred, y_true, c, ctx.path) + (None, None)
 
 
 loss.register_autograd(_loss_grad, setup_context=_loss_setup)
-loss_elements.register_autograd(_elements_grad, setup_context=_elements_setup)
+loss_elements.register_autograd(_elements_grad, setup_context=_save_inputs)

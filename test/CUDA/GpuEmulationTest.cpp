@@ -221,11 +221,10 @@ std::pair<Loss, std::shared_ptr<const detail::CompiledModel>> lossModels(const c
 const std::vector<std::string> kFormulas = {"relu", "sigmoid", "tanh", "gelu", "sin(num)*alpha", "softplus",
                                             "Piecewise((num, num > 0), (beta*num, True))", "x**3", "0.5*num+0.1"};
 
-template <class T> void compareLayer(Layout layout) {
-  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
-  // 23 nodes: formulas repeat with different constants, so offsets matter.
+// `count` nodes over kFormulas: formulas repeat with different constants, so offsets matter.
+std::vector<NodeSpec> mixedNodes(size_t count) {
   std::vector<NodeSpec> nodes;
-  for (size_t j = 0; j < 23; ++j) {
+  for (size_t j = 0; j < count; ++j) {
     const std::string &f = kFormulas[j % kFormulas.size()];
     std::map<std::string, double> c;
     if (f.find("alpha") != std::string::npos)
@@ -234,6 +233,12 @@ template <class T> void compareLayer(Layout layout) {
       c["beta"] = 0.01 * double(j + 1);
     nodes.push_back({f, c});
   }
+  return nodes;
+}
+
+template <class T> void compareLayer(Layout layout) {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::vector<NodeSpec> nodes = mixedNodes(23);
   auto [ref, compiled] = layerModels(nodes, dt, layout);
   const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
@@ -458,16 +463,7 @@ TEST_CASE("GPU layer kernels, emulated on CPU threads, match the interpreter in 
 // tiles), grids of fewer blocks than the 10 tiles, so blocks take several.
 template <class T> void compareLayouts() {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
-  std::vector<NodeSpec> nodes;
-  for (size_t j = 0; j < 40; ++j) {
-    const std::string &f = kFormulas[j % kFormulas.size()];
-    std::map<std::string, double> c;
-    if (f.find("alpha") != std::string::npos)
-      c["alpha"] = 0.5 + double(j);
-    if (f.find("beta") != std::string::npos)
-      c["beta"] = 0.01 * double(j + 1);
-    nodes.push_back({f, c});
-  }
+  std::vector<NodeSpec> nodes = mixedNodes(40);
   auto [ref, compiled] = layerModels(nodes, dt, Layout::BatchMajor);
   const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;

@@ -63,13 +63,14 @@ expect eval-order-clash 2 $'hsnn-jit eval: error: --derivative and --order disag
 expect eval-json 0 '{"value": 0.84134474606854304, "dtype": "f64", "derivative": false, "order": 0}' -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
-expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
+expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile, latency or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
 expect bench-bad-device 2 $'hsnn-jit bench: error: --device takes cpu, cuda or cuda:N\nTry \'hsnn-jit bench --help\'.' -- bench --device gpu0
+expect bench-latency-cpu 2 $'hsnn-jit bench: error: the latency workload times GPU calls: give --device cuda[:N]\nTry \'hsnn-jit bench --help\'.' -- bench --workload latency
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-no-gpu 1 "hsnn-jit bench: error: backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)" -- bench --device cuda:1 --workload W4
 expect bench-reps-huge 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'1e12\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 1e12
 expect bench-reps-junk 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'5x\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 5x
 expect bench-method 2 $'hsnn-jit bench: error: --method takes auto, cpu_jit, cpu_interp or cuda (or the seed\'s CPU_JIT, CPU_PYTHON, GPU_CUDA)\nTry \'hsnn-jit bench --help\'.' -- bench --method jitt
-expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, math, compile or all", "exit_code": 2}}' -- bench --workload W9 --json
+expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, math, compile, latency or all", "exit_code": 2}}' -- bench --workload W9 --json
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-json-error 1 "{\"error\": {\"command\": \"bench\", \"message\": \"backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)\", \"exit_code\": 1}}" -- bench --device cuda:1 --workload W4 --json
 expect cache-json-usage 2 "{\"error\": {\"command\": \"cache\", \"message\": \"unknown action 'frob'\", \"exit_code\": 2}}" -- cache frob --json
 long=$(printf "x+%.0s" $(seq 200))tanhh\(x\)$(printf "+x%.0s" $(seq 200))
@@ -183,6 +184,15 @@ if [ -n "${2:-}" ]; then
     want=$'gpus:           2\ncuda driver:    12.4\n  cuda:0 hsnn fake GPU (sm_90) (sm_90, 1024 MiB)\n  cuda:1 hsnn fake GPU (sm_100) (sm_100, 1024 MiB)'
   fi
   if [ "$got" = "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); printf 'FAIL info gpus\n--- got\n%s\n--- want\n%s\n' "$got" "$want"; fi
+fi
+
+# The GPU latency workload against the stand-in driver (it runs no kernel: the rows, not the times, are checked):
+# three sizes x two layouts, each beside a copy of the same bytes. Builds with the code generators only.
+if [ -n "${2:-}" ] && "$J" info --json | grep -q '"cpu_jit_enabled": true'; then
+  got=$(HSNN_CUDA_LIBRARY="$2" HSNN_FAKE_CUDA_DEVICES=9.0 "$J" bench --device cuda --workload latency --dtype f32 --reps 1 --json |
+        grep -o '"variant": "forward [a-z_]* [0-9x]*"' | tr '\n' ';')
+  want='"variant": "forward nodes_major 64x32";"variant": "forward batch_major 64x32";"variant": "forward nodes_major 256x1024";"variant": "forward batch_major 256x1024";"variant": "forward nodes_major 256x65536";"variant": "forward batch_major 256x65536";'
+  if [ "$got" = "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); printf 'FAIL bench latency\n--- got\n%s\n--- want\n%s\n' "$got" "$want"; fi
 fi
 
 # The bench's same-run layout ratio: W1's two layers timed alternately (2 x --reps pairs), in the JSON beside

@@ -35,7 +35,7 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kBenchHelp =
-    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|math|compile|all] [--dtype f32|f64|both]
+    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|math|compile|latency|all] [--dtype f32|f64|both]
                       [--method auto|cpu_jit|cpu_interp|cuda] [--device cpu|cuda|cuda:N]
                       [--threads N] [--reps N] [--json]
 
@@ -54,6 +54,9 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
       process (process start-up reported apart, beside /bin/true started
       the same way), and the interpreter on W1
+  latency  (--device cuda) per-call time of the W1 layer's forward at
+      64 x 32, 256 x 1024 and 256 x 65536 nodes x batch, both layouts:
+      launch, kernel and synchronization, next to a copy of the same bytes
 Reports ms (median of --reps runs after a warm-up), GB/s and x_limit.
 --method cuda runs from host arrays (copies included); --device cuda[:N]
 runs W1-W4 on device memory next to a device-to-device copy (cuMemcpyDtoD)
@@ -484,8 +487,9 @@ int runBench(std::span<const std::string_view> args) {
       o.json = true;
     } else if (a == "--workload") {
       auto v = value();
-      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "math" && *v != "compile" && *v != "all"))
-        return usage("--workload takes W1, W2, W3, W4, math, compile or all");
+      if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "math" && *v != "compile" &&
+                 *v != "latency" && *v != "all"))
+        return usage("--workload takes W1, W2, W3, W4, math, compile, latency or all");
       o.workload = std::string(*v);
     } else if (a == "--dtype") {
       auto v = value();
@@ -539,6 +543,8 @@ int runBench(std::span<const std::string_view> args) {
       if (Error e = runGpuBench(o, dt, results))
         return failed(e);
   } else {
+    if (o.workload == "latency")
+      return usage("the latency workload times GPU calls: give --device cuda[:N]");
     if (o.workload == "compile" || o.workload == "all")
       if (auto e = compileWorkload(o, compile))
         return failed(*e);

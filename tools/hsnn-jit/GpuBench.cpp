@@ -45,6 +45,9 @@ public:
     if (w == "all" || w == "W4")
       if (Error e = losses())
         return e;
+    if (w == "all" || w == "latency")
+      if (Error e = latency())
+        return e;
     return Error::success();
   }
 
@@ -71,7 +74,7 @@ private:
   // Times `kernel` (which must synchronize), then a device-to-device copy
   // scaled to the kernel's traffic. A failing kernel stops the bench.
   Error record(std::string workload, std::string variant, int readArrays, int writeArrays,
-               const std::function<Error()> &kernel) {
+               const std::function<Error()> &kernel, size_t bytes = kBytes) {
     Error failure;
     double ms = medianMs(o_.reps, [&] {
       if (Error e = kernel(); e && !failure)
@@ -80,17 +83,40 @@ private:
     if (failure)
       return failure;
     double copyMs = medianMs(o_.reps, [&] {
-      if (Error e = backend_->copy(s1_, s0_, kBytes); e && !failure)
+      if (Error e = backend_->copy(s1_, s0_, bytes); e && !failure)
         failure = e;
       if (Error e = backend_->synchronize(); e && !failure)
         failure = e;
     });
     if (failure)
       return failure;
-    double kernelBytes = double(readArrays + writeArrays) * kBytes;
-    double scaled = copyMs * kernelBytes / (2.0 * kBytes);
+    double kernelBytes = double(readArrays + writeArrays) * double(bytes);
+    double scaled = copyMs * kernelBytes / (2.0 * double(bytes));
     out_.push_back({std::move(workload), std::move(variant), std::string(to_string(kDType)), ms, kernelBytes / ms / 1e6,
                     scaled, ms / scaled});
+    return Error::success();
+  }
+
+  // Per-call time where launch and synchronization are most of it (a small
+  // layer) and where the kernel is (W1), nodes x batch, both layouts; each
+  // beside a device-to-device copy of the same bytes.
+  Error latency() {
+    std::vector<NodeSpec> all = w1Nodes();
+    for (auto [n, batch] : {std::pair<size_t, size_t>{64, 32}, {256, 1024}, {256, 65536}}) {
+      std::vector<NodeSpec> nodes(all.begin(), all.begin() + std::ptrdiff_t(n));
+      auto dz = upload(randomArray<T>(n * batch, -4, 4, 3)), da = upload(std::vector<T>(n * batch));
+      for (auto *b : {&dz, &da})
+        if (!*b)
+          return b->takeError();
+      for (Layout layout : {Layout::NodesMajor, Layout::BatchMajor}) {
+        auto layer = ActivationLayer::compile(nodes, {.method = Method::Cuda, .dtype = kDType, .layout = layout, .gpuId = gpuId_});
+        if (!layer)
+          return layer.takeError();
+        if (Error e = record("latency", fmt::format("forward {} {}x{}", to_string(layout), n, batch), 1, 1,
+                             [&] { return layer->forward(*dz, *da, batch); }, n * batch * sizeof(T)))
+          return e;
+      }
+    }
     return Error::success();
   }
 
