@@ -21,5 +21,5 @@ done
 for lib in libtbb.so.12 libzstd.so.1; do
   cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')" gpu-bundle/
 done
-cp bench/gpu/run.sh gpu-bundle/run.sh
+cp bench/gpu/run.sh bench/gpu/table.py bench/gpu/torch_peers.py gpu-bundle/
 du -sh gpu-bundle

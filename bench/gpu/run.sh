@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the bundle make-bundle.sh built: the GPU tests
-# (every kernel against the interpreter), then the GPU benchmark next to a
-# device-to-device copy, then the CPU benchmark for comparison. Results go
-# to OUTDIR (default: $OUT, else ./gpu-results).
+# Runs on the GPU machine from the bundle make-bundle.sh built, in one go of
+# a few minutes: the GPU tests (every kernel against the interpreter), the
+# GPU benchmark next to a device-to-device copy (W1-W4, compile, per-call
+# latency), PyTorch's eager and compiled versions of the same workloads
+# where a CUDA PyTorch is installed (torch_peers.py), and the CPU benchmark
+# for comparison. Its last lines are one side-by-side table (table.py).
+# Results go to OUTDIR (default: $OUT, else ./gpu-results).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-./gpu-results}}
@@ -20,7 +23,12 @@ tail -4 "$out/gpu-tests.txt"
 ./hsnn-jit bench --device cuda --workload all --dtype both --reps 20 --json > "$out/bench-gpu.json" 2> "$out/bench-gpu.err"
 echo "bench --device cuda exit $?"
 cat "$out/bench-gpu.json" "$out/bench-gpu.err"
-./hsnn-jit bench --device cuda --workload all --reps 20 > "$out/bench-gpu.txt" 2>&1
 ./hsnn-jit bench --method cuda --workload W1 --reps 5 > "$out/bench-gpu-host-arrays.txt" 2>&1
-./hsnn-jit bench --workload all --reps 10 > "$out/bench-cpu.txt" 2>&1
-echo done
+if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  timeout 240 python3 torch_peers.py --reps 20 > "$out/torch.json" 2> "$out/torch.err"
+  echo "torch_peers exit $?"
+else
+  echo '{"skipped": "no PyTorch with CUDA here"}' > "$out/torch.json"
+fi
+./hsnn-jit bench --workload W1 --reps 5 > "$out/bench-cpu.txt" 2>&1
+python3 table.py "$out/bench-gpu.json" "$out/torch.json" | tee "$out/table.txt"

@@ -569,8 +569,8 @@ int runBench(std::span<const std::string_view> args) {
                cpuModel(), threads, to_string(o.method), deviceName, gpu ? "cuMemcpyDtoD" : "stream copy/triad");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result &r = results[i];
-      fmt::print("{}\n  {{\"workload\": \"{}\", \"variant\": \"{}\", \"dtype\": \"{}\", \"ms\": {:.3f}, \"gbps\": {:.2f}, "
-                 "\"stream_ms\": {:.3f}, \"x_limit\": {:.3f}}}",
+      fmt::print("{}\n  {{\"workload\": \"{}\", \"variant\": \"{}\", \"dtype\": \"{}\", \"ms\": {:.4f}, \"gbps\": {:.2f}, "
+                 "\"stream_ms\": {:.4f}, \"x_limit\": {:.3f}}}",
                  i ? "," : "", r.workload, r.variant, r.dtype, r.ms, r.gbps, r.streamMs, r.xLimit);
     }
     fmt::print("\n]");
