@@ -116,15 +116,11 @@ public:
   llvm::Error layer(const GpuLayerKernel &k) {
     if (k.layout == Layout::BatchMajor)
       return batchMajorLayer(k);
-    Type *t = elementType(k.dtype);
-    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
-    auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_),
-                                                 {ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false));
+    Type *t = elementType(k.dtype), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = layerKernel(k.symbol, 0);
     if (!fn)
       return fn.takeError();
     Function *f = *fn;
-    for (unsigned readOnly : {4u, 5u, 6u})
-      f->addParamAttr(readOnly, Attribute::ReadOnly);
     Value *batch = f->getArg(7), *firstNode = f->getArg(9);
 
     BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
@@ -180,16 +176,11 @@ public:
   /// banks. Past the layer's edge, loads are clamped to its last row and node
   /// (computed, never stored). Blocks walk the tiles grid-stride.
   llvm::Error batchMajorLayer(const GpuLayerKernel &k) {
-    Type *t = elementType(k.dtype);
-    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
-    auto fn = kernel(k.symbol, FunctionType::get(Type::getVoidTy(ctx_),
-                                                 {ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false),
-                     kTileBlock);
+    Type *t = elementType(k.dtype), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = layerKernel(k.symbol, kTileBlock);
     if (!fn)
       return fn.takeError();
     Function *f = *fn;
-    for (unsigned readOnly : {4u, 5u, 6u})
-      f->addParamAttr(readOnly, Attribute::ReadOnly);
     Value *batch = f->getArg(7), *nodes = f->getArg(8);
     constexpr unsigned warps = kTileBlock / kWarp, rowsPerWarp = kTileRows / warps;
     // Tile 0 holds z (then out0), tile 1 err (backward) or out1 (fused).
@@ -599,6 +590,18 @@ private:
     Value *start = b.CreateAdd(b.CreateMul(sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid),
                                sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x));
     return {start, b.CreateMul(ntid, sreg(b, Intrinsic::nvvm_read_ptx_sreg_nctaid_x))};
+  }
+
+  /// A layer kernel's entry point, with the ABI of KernelSpec.h: (z, err,
+  /// out0, out1, params, unitOf, offsets, batch, nodes, firstNode).
+  llvm::Expected<Function *> layerKernel(const std::string &symbol, unsigned threads) {
+    Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_);
+    auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, i64, i64}, false),
+                     threads);
+    if (fn)
+      for (unsigned readOnly : {4u, 5u, 6u})
+        (*fn)->addParamAttr(readOnly, Attribute::ReadOnly);
+    return fn;
   }
 
   /// A kernel entry point; `threads`, where not 0, is the block size it
