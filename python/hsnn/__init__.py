@@ -19,6 +19,14 @@ from ._core import __version__, builtins, diff, parse, runtime_flags, runtime_in
 from . import _core
 
 
+def _cpu_method(method="auto"):
+    """The method for work that stays on the CPU (hsnn.torch's CPU tensors, the CPU backend's kernels): 'auto'
+    would pick a GPU where there is one."""
+    if method != "auto":
+        return method
+    return "cpu_jit" if _core.runtime_info().get("cpu_jit_enabled") else "cpu_interp"
+
+
 def _from_dlpack(x, name):
     """A NumPy view of any CPU DLPack tensor (PyTorch, JAX, CuPy host arrays...),
     and how to give results back as the same kind; NumPy arrays pass through."""

@@ -241,9 +241,7 @@ class _HsnnBackend(Backend):
                             "(an activation in num) or two (a loss in y_pred and y_true)")
         self._checked()
         import hsnn
-        # The CPU backend's kernels run on the CPU even where "auto" would pick a GPU.
-        method = "cuda" if self._on_device() else \
-            "cpu_jit" if _core.runtime_info()["cpu_jit_enabled"] else "cpu_interp"
+        method = "cuda" if self._on_device() else hsnn._cpu_method()
         with flags(use_kernel_cache=self._caching and _core.runtime_flags()["use_kernel_cache"]):
             if len(signature) == 2:
                 if not isinstance(func, str):

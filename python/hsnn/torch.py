@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import _core
-from . import ActivationLayer as _Layer, Loss as _Loss
+from . import ActivationLayer as _Layer, Loss as _Loss, _cpu_method
 
 try:  # the C++ autograd function for small CPU tensors, where it was built (libtorch's headers)
     from . import _torch as _ext
@@ -58,13 +58,6 @@ def _host(t):
 # in on first write (1.5 ms of a 2 ms call at 4096 x 256 in a fresh process).
 # Below it PyTorch's own product is cheaper than a call into hsnn.
 _POOLED_BYTES = _core._min_pooled_bytes
-
-
-def _cpu_method(method):
-    """CPU tensors run on the CPU: 'auto' would pick a GPU where there is one."""
-    if method != "auto":
-        return method
-    return "cpu_jit" if _core.runtime_info().get("cpu_jit_enabled") else "cpu_interp"
 
 
 def _method_for(method, t):

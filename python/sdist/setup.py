@@ -110,7 +110,7 @@ class BuildExt(build_ext):
         core = [e for e in self.extensions if e.name != "hsnn._torch"]
         optional = [e for e in self.extensions if e.name == "hsnn._torch"]
         # _torch's one large file (~25 s) compiles beside _core's five, not
-        # after them: on two cores, 50 s in all instead of 75.
+        # after them (with -g0: 53 s in all on two cores, 69 s one after the other).
         with ThreadPoolExecutor(max_workers=1) as pool:
             torch_job = pool.submit(self._build_optional, optional[0]) if optional else None
             for ext in core:
