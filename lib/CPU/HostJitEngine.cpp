@@ -32,7 +32,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 
 // Bump it when the objects' layout or entry points change; the code
 // generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
-constexpr const char *kObjectFormat = "hsnn-host-object-15";
+constexpr const char *kObjectFormat = "hsnn-host-object-16";
 
 // What the requests compile to on a given target: the tapes (the canonical
 // form of the formulas after simplification and differentiation), kernel

@@ -51,7 +51,7 @@ Expected<const GpuDevice *> deviceInfo(int device) {
 CacheKey moduleKey(const GpuModuleSpec &spec, const GpuBuildOptions &options, const std::string &arch,
                    const GpuDevice &dev, const CudaDriver &d) {
   CacheKeyBuilder k;
-  k.add("format", "hsnn-gpu-module-2")
+  k.add("format", "hsnn-gpu-module-3")
       .add("code-generator", HSNN_CODEGEN_TOKEN)
       .add("hsnn", HSNN_VERSION)
       .add("generator", ptxGeneratorId())

@@ -38,13 +38,14 @@ struct EmitOptions {
   /// The row kernels' shape (RowKernel.cpp): measured on the host
   /// (RowShape.h) or fixed by `cpu`.
   RowShape rowShape;
-  /// Whether the target fuses multiply-adds in hardware: f32 erfc and exp
-  /// are then emitted inline (InlineMath.h), which needs exact FMAs and would
-  /// otherwise call a libm fma per operation.
+  /// Whether the target fuses multiply-adds in hardware: math is then
+  /// hsnn's own library emitted inline (InlineMath.h), which needs exact
+  /// FMAs and would otherwise call a libm fma per operation.
   bool hasFMA = false;
   /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.
   bool fastMath = false;
-  /// NVPTX: math through libdevice (__nv_*).
+  /// NVPTX: scalar values; math hsnn's own library, libdevice (__nv_*) for
+  /// what it lacks.
   bool gpu = false;
   /// Loss kernels return their sum as {sum, residual} (SumParts, KernelSpec.h)
   /// for the host JIT to add across blocks; otherwise (AOT) as one double.

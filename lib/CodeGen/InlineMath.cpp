@@ -1,36 +1,32 @@
-//===- lib/CodeGen/InlineMath.cpp - Math functions emitted as IR ----------===//
+//===- lib/CodeGen/InlineMath.cpp - exp, log and their kin as IR ----------===//
 //
-// erfcf: glibc's 16-wide erfcf costs ~65 cycles a vector on the reference
-// machine (2.6x its erff), and the accurate gelu is built on it. This one
-// measured 7.7 ms against 16.3 ms for 2^24 floats on one thread (both
-// 16-wide, AVX-512), and 1.75 ulp worst against 3.1 for glibc's scalar erfcf.
+// The exponential and logarithm family of hsnn's math library, and the
+// dispatch from a libm name to the library's function. Every function is
+// written once over MathEmitter, so the CPU's vectors and the GPU's scalars
+// run the same IEEE operations in the same order and get the same bits.
 //
-// The method (after the rational-in-(a-c)/(a+c) forms of Juffa and of
-// Cody): for a = |x|,
-//   erfc(a) = exp(-a^2) * R(a) / (1 + 2a),
-// where R(a) = (1 + 2a) exp(a^2) erfc(a) rises only from 1 to 1.29 over
-// [0, 11], so its polynomial's rounding errors stay small next to 1:
-//   R = 1 + t1 * P(t1 - 1),   t1 = 2a/(a + 2) in [0, 1.69],
-// a degree-9 P fitted for relative error (0.32 ulp with the coefficients
-// rounded to float). The factor t1 makes R - 1 vanish at a = 0 exactly, so
-// erfc near 1 does not inherit P's absolute error. Every other factor is
-// carried as 1 + (small term) and multiplied out once:
-//   - 1/(1 + 2a): d = 1/s for s = fl(1 + 2a), with e = 1 - (s + err) d
-//     (err: the exact rounding error of s, d's own error: both exact with
-//     an FMA), so 1/(1 + 2a) = d (1 + e) to second order;
-//   - exp(-a^2): a^2 = hi + lo exactly (FMA), exp(-hi) = 2^k (1 + u) with
-//     Cody-Waite reduction (ln2 in two parts) and a degree-6 polynomial,
-//     exp(-lo) = 1 - lo folded into e;
-//   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
-// 2^k (k down to -175) is applied as 2^(k+64) then 2^-64, so results in
-// the subnormal range round once. Inputs past 11 are 11 (erfc is 0 in
-// float from 10.06), NaN passes through, x < 0 gives 2 - erfc(|x|).
+// exp: k = round(x/ln2), r = x - k ln2 (Cody-Waite, exact for the k that
+// occur), exp(r) = 1 + r P(r) rounded once, times 2^k applied as two powers
+// of two (scaleByPow2). Against glibc's _ZGVeN16v_expf, 2^24 floats, one
+// thread: 4.3-4.7 ms against 5.2-5.9, and 0.89 ulp worst over every float;
+// _ZGVeN8v_exp: 7.6 against 8.6 ms, sigmoid 9.1 against 21.7.
+//
+// log and log1p: v = 2^k m with m in [sqrt(1/2), sqrt(2)), f = m - 1 exact
+// by Sterbenz, log(v) = k ln2 + log1p(f). Floats: f + f^2 Q(f), a degree-8
+// fit (every float checked against glibc's double log and log1p: 1 ulp
+// worst). Doubles: s = f/(2 + f), log1p(f) = f - (f^2/2 - s (f^2/2 + R(s^2)))
+// with R the series of 2 atanh(s)/s - 2 (Taylor's terms to s^28). log1p first
+// writes 1 + x = hi + lo exactly (Fast2Sum, the larger operand first) and
+// adds lo 2^-k to f: what rounding hi dropped.
+//
+// expm1: the same reduction as exp, expm1(r) = r + r^2 Q(r) with exp's
+// polynomial shifted by one degree, and 2^k (1 + p) - 1 = 2^k p + (2^k - 1)
+// with both terms exact, so the one rounding is the last one.
 //===----------------------------------------------------------------------===//
 #include "InlineMath.h"
+#include "MathEmitter.h"
 
-#include <llvm/IR/Intrinsics.h>
-#include <llvm/IR/Module.h>
-
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -42,9 +38,6 @@ using namespace llvm;
 
 namespace {
 
-// P(t), t = t1 - 1 in [-1, 0.69], lowest degree first.
-constexpr float kErfcP[] = {0x1.1ba03ap-2f,  -0x1.7a9dbap-2f, 0x1.a13314p-3f,  -0x1.44dff4p-5f, -0x1.dc9becp-7f,
-                            0x1.aa215cp-8f,  0x1.16d2b2p-9f,  -0x1.c50444p-11f, -0x1.905738p-12f, 0x1.07c89cp-15f};
 // (exp(r) - 1)/r on [-ln2/2, ln2/2], lowest degree first.
 constexpr float kExpP[] = {1.0f, 0x1.fffff8p-2f, 0x1.55548ep-3f, 0x1.555b96p-5f, 0x1.123bccp-7f, 0x1.68532cp-10f};
 // The same in double: Taylor's 1/(n+1)! to n = 12, whose remainder
@@ -68,190 +61,172 @@ constexpr double kExpP64[] = {1.0,
 // the coefficients were rounded to float).
 constexpr float kLog1pQ[] = {-0x1.fffff8p-2f, 0x1.55555p-2f,   -0x1.000428p-2f, 0x1.99a402p-3f, -0x1.54274p-3f,
                              0x1.22708ap-3f,  -0x1.0f379ep-3f, 0x1.084e74p-3f,  -0x1.383d74p-4f};
+// 2/(2j + 3) for j = 0..13: 2 atanh(s)/s - 2 = s^2 R(s^2), the remainder
+// below 2^-70 of the sum for |s| <= 0.172 (pow's double-double log needs
+// that much; log alone would do with 10 terms).
+constexpr double kAtanhSeries[] = {2.0 / 3,  2.0 / 5,  2.0 / 7,  2.0 / 9,  2.0 / 11, 2.0 / 13, 2.0 / 15,
+                                   2.0 / 17, 2.0 / 19, 2.0 / 21, 2.0 / 23, 2.0 / 25, 2.0 / 27, 2.0 / 29};
 
-class Emitter {
-public:
-  Emitter(IRBuilder<> &b, Type *t)
-      : b_(b), t_(t), fma_(Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), Intrinsic::fma, {t})) {}
-
-  Value *c(double v) { return ConstantFP::get(t_, v); }
-  Value *fma(Value *x, Value *y, Value *z) { return b_.CreateCall(fma_, {x, y, z}); }
-  /// x limited to [lo, hi]; NaN stays NaN.
-  Value *clamp(Value *x, double lo, double hi) {
-    x = b_.CreateSelect(b_.CreateFCmpOLT(x, c(lo)), c(lo), x);
-    return b_.CreateSelect(b_.CreateFCmpOGT(x, c(hi)), c(hi), x);
-  }
-  template <class C> Value *horner(Value *x, ArrayRef<C> coef) {
-    Value *acc = c(coef.back());
-    for (size_t i = coef.size() - 1; i-- > 0;)
-      acc = fma(acc, x, c(coef[i]));
-    return acc;
-  }
-
-  /// Cody-Waite: x = k ln2 + r with |r| <= ln2/2, r exact for the |k| <= 175
-  /// that occur here (ln2's high part has 21 bits). Returns {kf, r}, where kf
-  /// holds k in its low mantissa bits (0x1.8p23 + k).
-  std::pair<Value *, Value *> reduceLn2(Value *x) {
-    Value *kf = fma(x, c(0x1.715476p+0f), c(0x1.8p23f));
-    Value *k = b_.CreateFSub(kf, c(0x1.8p23f));
-    Value *r = fma(k, c(-0x1.62e43p-1f), x);
-    return {kf, fma(k, c(0x1.05c61p-29f), r)};
-  }
-  /// kf's k as an integer vector.
-  Value *exponentOf(Value *kf, Type *it) {
-    return b_.CreateSub(b_.CreateBitCast(kf, it), ConstantInt::get(it, 0x4B400000));
-  }
-  /// p 2^k as p 2^(k/2) 2^(k - k/2): the first product exact, one rounding
-  /// in the second, also into the subnormal range and to inf. k's integer
-  /// type `it` sets where the exponent field starts and its bias.
-  Value *scaleByPow2(Value *p, Value *k, Type *it, unsigned mantissaBits, int bias) {
-    Value *k1 = b_.CreateAShr(k, 1), *k2 = b_.CreateSub(k, k1);
-    auto pow2 = [&](Value *e) {
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, ConstantInt::get(it, bias)), mantissaBits), t_);
-    };
-    return b_.CreateFMul(b_.CreateFMul(p, pow2(k1)), pow2(k2));
-  }
-
-private:
-  IRBuilder<> &b_;
-  Type *t_;
-  Function *fma_;
-};
+const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
 
 } // namespace
 
-Value *emitErfcF32(IRBuilder<> &b, Value *x) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags(); // the error terms below are exact only in IEEE arithmetic
-  Type *t = x->getType();
-  Emitter m(b, t);
-  Module *mod = b.GetInsertBlock()->getModule();
-  Value *a = b.CreateCall(Intrinsic::getDeclaration(mod, Intrinsic::fabs, {t}), {x});
-  a = b.CreateSelect(b.CreateFCmpOLT(m.c(11), a), m.c(11), a); // NaN stays NaN
-
-  Value *t1 = b.CreateFDiv(b.CreateFAdd(a, a), b.CreateFAdd(a, m.c(2)));
-  Value *p = b.CreateFMul(m.horner(b.CreateFSub(t1, m.c(1)), ArrayRef(kErfcP)), t1);
-
-  Value *s = m.fma(a, m.c(2), m.c(1));
-  Value *err = m.fma(a, m.c(2), b.CreateFSub(m.c(1), s)); // 1 - s is exact for s >= 1
-  Value *d = b.CreateFDiv(m.c(1), s);
-  Value *e = m.fma(b.CreateFNeg(s), d, m.c(1));
-  e = m.fma(b.CreateFNeg(err), d, e);
-
-  Value *hi = b.CreateFMul(a, a);
-  Value *lo = m.fma(a, a, b.CreateFNeg(hi));
-  e = b.CreateFSub(e, lo); // (1 + e)(1 - lo): e*lo is below 2^-40
-  auto [kf, r] = m.reduceLn2(b.CreateFNeg(hi));
-  Value *u = b.CreateFMul(m.horner(r, ArrayRef(kExpP)), r);
-
-  Value *v = b.CreateFAdd(m.fma(p, e, p), e);
-  Value *w = b.CreateFAdd(m.fma(v, u, v), u);
-  Value *res = m.fma(d, w, d);
-
-  Type *it = t->getWithNewType(b.getInt32Ty());
-  Value *biased = b.CreateAdd(m.exponentOf(kf, it), ConstantInt::get(it, 64 + 127));
-  Value *scale = b.CreateBitCast(b.CreateShl(biased, 23), t);
-  res = b.CreateFMul(b.CreateFMul(res, scale), m.c(0x1p-64f));
-  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), b.CreateFSub(m.c(2), res), res);
+Value *expm1OverR(MathEmitter &m, Value *r) {
+  return m.isF32() ? m.horner(r, ArrayRef(kExpP)) : m.horner(r, ArrayRef(kExpP64));
 }
 
-// exp: k = round(x/ln2), r = x - k ln2 (Cody-Waite, exact for the k that
-// occur), exp(r) = 1 + r P(r) rounded once, times 2^k applied as two powers
-// of two (scaleByPow2). Inputs are clamped to [-104, 89], past which the
-// result is 0 or inf anyway; NaN passes through. Measured against glibc's
-// _ZGVeN16v_expf, 2^24 floats, one thread: 4.3-4.7 ms against 5.2-5.9, and
-// 0.89 ulp worst over every float.
-Value *emitExpF32(IRBuilder<> &b, Value *x) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags();
-  Type *t = x->getType();
-  Emitter m(b, t);
-  auto [kf, r] = m.reduceLn2(m.clamp(x, -104, 89));
-  Value *p = m.fma(m.horner(r, ArrayRef(kExpP)), r, m.c(1));
-  Type *it = t->getWithNewType(b.getInt32Ty());
-  return m.scaleByPow2(p, m.exponentOf(kf, it), it, 23, 127);
+Value *emitExp(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  // Past these, the result is 0 or inf anyway; NaN passes through.
+  x = m.isF32() ? m.clamp(x, -104, 89) : m.clamp(x, -746, 710);
+  auto [k, r] = m.reduceLn2(x);
+  return m.scaleByPow2(m.fma(expm1OverR(m, r), r, m.c(1)), k);
 }
 
-// The same method in double: ln2's high part has 11 trailing zero bits, so
-// k ln2hi is exact for the |k| <= 1076 of inputs clamped to [-746, 710].
-// Against glibc's _ZGVeN8v_exp, 2^24 doubles (hsnn-jit bench, math): 7.6
-// against 8.6 ms (both near the copy's time), sigmoid 9.1 against 21.7; and
-// in a batch-major row kernel one call fewer to spill the block around.
-Value *emitExpF64(IRBuilder<> &b, Value *x) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags();
-  Type *t = x->getType();
-  Emitter m(b, t);
-  x = m.clamp(x, -746, 710);
-  Value *kf = m.fma(x, m.c(0x1.71547652b82fep+0), m.c(0x1.8p52));
-  Value *k = b.CreateFSub(kf, m.c(0x1.8p52));
-  Value *r = m.fma(k, m.c(-0x1.62e42fefa3800p-1), x);
-  r = m.fma(k, m.c(-0x1.ef35793c76730p-45), r);
-  Value *p = m.fma(m.horner(r, ArrayRef(kExpP64)), r, m.c(1));
-  Type *it = t->getWithNewType(b.getInt64Ty());
-  Value *ki = b.CreateSub(b.CreateBitCast(kf, it), ConstantInt::get(it, 0x4338000000000000));
-  return m.scaleByPow2(p, ki, it, 52, 1023);
+Value *emitExpm1(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  bool f32 = m.isF32();
+  // Below these, expm1 rounds to -1; above them it is inf.
+  x = f32 ? m.clamp(x, -18, 89) : m.clamp(x, -40, 710);
+  auto [k, r] = m.reduceLn2(x);
+  Value *q = f32 ? m.horner(r, ArrayRef(kExpP).drop_front()) : m.horner(r, ArrayRef(kExpP64).drop_front());
+  Value *p = m.fma(m.mul(r, r), q, r);
+  // 2^k - 1 is exact up to k = mantissa + 1; past a few more the -1 is
+  // below half an ulp and 2^k (1 + p) is the answer.
+  int exactUpTo = int(m.mantissaBits()) + 4;
+  Value *kSmall = b.CreateSelect(b.CreateICmpSGT(k, m.ci(exactUpTo)), m.ci(exactUpTo), k);
+  Value *two = m.pow2(kSmall);
+  Value *small = m.fma(two, p, m.sub(two, m.c(1)));
+  Value *large = m.scaleByPow2(m.add(p, m.c(1)), k);
+  Value *res = m.select(b.CreateICmpSGT(k, m.ci(exactUpTo)), large, small);
+  return m.select(m.eq(x, m.c(0)), x, res); // -0 stays -0
 }
 
-// log and log1p: v = 2^k m with m in [sqrt(1/2), sqrt(2)), then
-// log(v) = k ln2 + f + f^2 Q(f) for f = m - 1, exact by Sterbenz. log1p
-// first writes 1 + x = hi + lo exactly (Fast2Sum, the larger operand first)
-// and adds lo 2^-k to f: what rounding hi dropped (tiny x come out as x;
-// 2^-k is 0 past k = 127, where lo no longer counts). Every float checked
-// against glibc's double log and log1p: 1 ulp worst. Alone they run at about
-// libmvec's speed; softplus and the log-losses no longer call out.
 namespace {
 struct NearOne {
-  Value *k, *mant; // v = 2^k mant
+  Value *k, *mant; // v = 2^k mant, mant in [sqrt(1/2), sqrt(2))
 };
-NearOne splitNearOne(IRBuilder<> &b, Value *v, Type *it) {
-  Value *bits = b.CreateBitCast(v, it);
-  Value *k = b.CreateAShr(b.CreateSub(bits, ConstantInt::get(it, 0x3f3504f3)), 23); // sqrt(1/2)'s bits
-  return {k, b.CreateBitCast(b.CreateSub(bits, b.CreateShl(k, 23)), v->getType())};
+NearOne splitNearOne(MathEmitter &m, Value *v) {
+  int64_t sqrtHalf = m.isF32() ? int64_t(std::bit_cast<uint32_t>(0x1.6a09e6p-1f))
+                               : int64_t(std::bit_cast<uint64_t>(0x1.6a09e667f3bcdp-1));
+  Value *bits = m.bits(v);
+  Value *k = m.b.CreateAShr(m.b.CreateSub(bits, m.ci(sqrtHalf)), m.mantissaBits());
+  return {k, m.fromBits(m.b.CreateSub(bits, m.b.CreateShl(k, m.mantissaBits())))};
 }
-Value *logOfSplit(IRBuilder<> &b, Emitter &m, Value *k, Value *f) {
-  Value *r = m.fma(b.CreateFMul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
-  Value *kf = b.CreateSIToFP(k, f->getType());
-  return m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
+
+/// log(2^k (1 + f)) for f in [sqrt(1/2) - 1, sqrt(2) - 1].
+Value *logOfSplit(MathEmitter &m, Value *k, Value *f) {
+  Value *kf = m.b.CreateSIToFP(k, m.t);
+  if (m.isF32()) {
+    Value *r = m.fma(m.mul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
+    return m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
+  }
+  Value *s = m.div(f, m.add(m.c(2), f));
+  Value *z = m.mul(s, s);
+  Value *hfsq = m.mul(m.mul(m.c(0.5), f), f);
+  Value *rz = m.mul(z, m.horner(z, ArrayRef(kAtanhSeries)));
+  Value *tail = m.fma(s, m.add(hfsq, rz), m.mul(kf, m.c(0x1.ef35793c76730p-45))); // s (hfsq + R) + k ln2lo
+  return m.fma(kf, m.c(0x1.62e42fefa3800p-1), m.sub(f, m.sub(hfsq, tail)));
 }
-const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric_limits<double>::quiet_NaN();
 } // namespace
 
-Value *emitLog1pF32(IRBuilder<> &b, Value *x) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags(); // Fast2Sum's error term is exact only in IEEE arithmetic
-  Type *t = x->getType(), *it = t->getWithNewType(b.getInt32Ty());
-  Emitter m(b, t);
-  Module *mod = b.GetInsertBlock()->getModule();
-  Value *hi = b.CreateFAdd(x, m.c(1));
-  Value *ax = b.CreateCall(Intrinsic::getDeclaration(mod, Intrinsic::fabs, {t}), {x});
-  Value *lo = b.CreateSelect(b.CreateFCmpOLE(ax, m.c(1)), b.CreateFAdd(b.CreateFSub(m.c(1), hi), x),
-                             b.CreateFAdd(b.CreateFSub(x, hi), m.c(1)));
-  NearOne s = splitNearOne(b, hi, it);
-  Value *e = b.CreateSub(ConstantInt::get(it, 127), s.k);
-  e = b.CreateSelect(b.CreateICmpSLT(e, ConstantInt::get(it, 0)), ConstantInt::get(it, 0), e);
-  Value *f = b.CreateFAdd(b.CreateFSub(s.mant, m.c(1)), b.CreateFMul(lo, b.CreateBitCast(b.CreateShl(e, 23), t)));
-  Value *r = logOfSplit(b, m, s.k, f); // NaN passes through lo
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(0)), x, r); // -0 stays -0
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(kInf)), x, r);
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(-1)), m.c(-kInf), r);
-  return b.CreateSelect(b.CreateFCmpOLT(x, m.c(-1)), m.c(kNaN), r);
+Value *emitLog1p(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  Value *hi = m.add(x, m.c(1));
+  Value *lo = m.select(m.b.CreateFCmpOLE(m.fabs(x), m.c(1)), m.add(m.sub(m.c(1), hi), x), m.add(m.sub(x, hi), m.c(1)));
+  NearOne s = splitNearOne(m, hi);
+  // lo 2^-k, with 2^-k = 0 where k is past the exponent's range (lo no
+  // longer counts there).
+  Value *e = b.CreateSub(m.ci(m.bias()), s.k);
+  e = b.CreateSelect(b.CreateICmpSLT(e, m.ci(0)), m.ci(0), e);
+  Value *f = m.add(m.sub(s.mant, m.c(1)), m.mul(lo, m.fromBits(b.CreateShl(e, m.mantissaBits()))));
+  Value *r = logOfSplit(m, s.k, f); // NaN passes through lo
+  r = m.select(m.eq(x, m.c(0)), x, r); // -0 stays -0
+  r = m.select(m.eq(x, m.c(kInf)), x, r);
+  r = m.select(m.eq(x, m.c(-1)), m.c(-kInf), r);
+  return m.select(m.lt(x, m.c(-1)), m.c(kNaN), r);
 }
 
-// Subnormal inputs are scaled by 2^23 first, so their exponent field counts.
-Value *emitLogF32(IRBuilder<> &b, Value *x) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags();
-  Type *t = x->getType(), *it = t->getWithNewType(b.getInt32Ty());
-  Emitter m(b, t);
-  Value *tiny = b.CreateFCmpOLT(x, m.c(0x1p-126));
-  NearOne s = splitNearOne(b, b.CreateSelect(tiny, b.CreateFMul(x, m.c(0x1p23)), x), it);
-  Value *k = b.CreateSub(s.k, b.CreateSelect(tiny, ConstantInt::get(it, 23), ConstantInt::get(it, 0)));
-  Value *r = logOfSplit(b, m, k, b.CreateFSub(s.mant, m.c(1)));
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(0)), m.c(-kInf), r);
-  r = b.CreateSelect(b.CreateFCmpOEQ(x, m.c(kInf)), x, r);
-  r = b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), m.c(kNaN), r);
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, r);
+// Subnormal inputs are scaled by 2^mantissa first, so their exponent field counts.
+Value *emitLog(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  bool f32 = m.isF32();
+  Value *tiny = m.lt(x, m.c(f32 ? 0x1p-126 : 0x1p-1022));
+  NearOne s = splitNearOne(m, m.select(tiny, m.mul(x, m.c(f32 ? 0x1p23 : 0x1p52)), x));
+  Value *k = b.CreateSub(s.k, b.CreateSelect(tiny, m.ci(m.mantissaBits()), m.ci(0)));
+  Value *r = logOfSplit(m, k, m.sub(s.mant, m.c(1)));
+  r = m.select(m.eq(x, m.c(0)), m.c(-kInf), r);
+  r = m.select(m.eq(x, m.c(kInf)), x, r);
+  r = m.select(m.lt(x, m.c(0)), m.c(kNaN), r);
+  return m.select(m.isNaN(x), x, r);
+}
+
+// pow(x, y) = exp(y log|x|) with C99's special cases by selects. Floats:
+// in double, where log's error (an ulp of a double) times |y| stays far
+// below a float's ulp for every y log|x| whose exp is a float, and the one
+// rounding to float is the last. Doubles: log|x| as a double-double
+// (logDoubleWord, about 2^-64 relative), y times it as a double-double
+// hi + lo, and exp(hi) (1 + lo): an error of |y log x| 2^-64 in the
+// exponent, a fraction of an ulp up to the overflow threshold.
+namespace {
+DoubleWord logDoubleWord(IRBuilder<> &b, MathEmitter &m, Value *x) {
+  Value *tiny = m.lt(x, m.c(0x1p-1022));
+  NearOne sp = splitNearOne(m, m.select(tiny, m.mul(x, m.c(0x1p52)), x));
+  Value *k = b.CreateSIToFP(b.CreateSub(sp.k, b.CreateSelect(tiny, m.ci(52), m.ci(0))), m.t);
+  Value *f = m.sub(sp.mant, m.c(1));
+  // s = f/(2 + f) as hi + lo: 2 + f = t + tlo exactly, then the residual
+  // f - shi (t + tlo) with an FMA.
+  DoubleWord t = m.fastTwoSum(m.c(2), f);
+  Value *shi = m.div(f, t.hi);
+  Value *slo = m.div(m.sub(m.fma(m.neg(shi), t.hi, f), m.mul(shi, t.lo)), t.hi);
+  // log1p(f) = 2s + (2/3) s^3 + s^5 R(s^2), the middle term in
+  // double-double too: it is up to 1% of the sum, and its rounding would
+  // limit the whole to 2^-58.
+  DoubleWord z = m.twoProd(shi, shi);
+  DoubleWord cube = m.twoProd(z.hi, shi);
+  Value *cubeLo = m.fma(m.mul(m.c(3), z.hi), slo, m.fma(z.lo, shi, cube.lo));
+  DoubleWord third = m.twoProd(cube.hi, m.c(0x1.5555555555555p-1)); // 2/3 = hi + lo
+  Value *thirdLo = m.fma(cube.hi, m.c(0x1.5555555555555p-55), m.fma(cubeLo, m.c(0x1.5555555555555p-1), third.lo));
+  Value *rest = m.mul(m.mul(z.hi, cube.hi), m.horner(z.hi, ArrayRef(kAtanhSeries).drop_front()));
+  DoubleWord head = m.twoSum(m.add(shi, shi), third.hi);
+  Value *tail = m.add(head.lo, m.add(m.add(slo, slo), m.add(thirdLo, rest)));
+  DoubleWord sum = m.twoSum(m.mul(k, m.c(0x1.62e42fefa3800p-1)), head.hi);
+  Value *lo = m.add(sum.lo, m.fma(k, m.c(0x1.ef35793c76730p-45), tail));
+  DoubleWord r = m.fastTwoSum(sum.hi, lo);
+  // 0, inf and NaN: log's limits, with no low part.
+  Value *limit = b.CreateOr(m.eq(x, m.c(0)), b.CreateFCmpUEQ(x, m.c(kInf)));
+  Value *limitValue = m.select(m.eq(x, m.c(0)), m.c(-kInf), x);
+  return {m.select(limit, limitValue, r.hi), m.select(limit, m.c(0), r.lo)};
+}
+} // namespace
+
+Value *emitPow(IRBuilder<> &b, Value *x, Value *y) {
+  Type *type = x->getType();
+  bool f32 = type->getScalarType()->isFloatTy();
+  MathEmitter m(b, type->getWithNewType(b.getDoubleTy()));
+  Value *xd = f32 ? b.CreateFPExt(x, m.t) : x, *yd = f32 ? b.CreateFPExt(y, m.t) : y;
+  Value *r;
+  if (f32) {
+    r = emitExp(b, m.mul(yd, emitLog(b, m.fabs(xd))));
+  } else {
+    DoubleWord l = logDoubleWord(b, m, m.fabs(xd));
+    DoubleWord p = m.twoProd(yd, l.hi);
+    Value *plo = m.fma(yd, l.lo, p.lo);
+    Value *e = emitExp(b, p.hi);
+    // Where exp(hi) is 0 or inf (or hi is), lo is no correction (it may be NaN).
+    Value *corrected = m.fma(e, plo, e);
+    r = m.select(b.CreateAnd(m.lt(m.fabs(e), m.c(kInf)), b.CreateFCmpONE(e, m.c(0))), corrected, e);
+  }
+  Value *half = m.mul(yd, m.c(0.5));
+  Value *yInteger = m.eq(m.floor(yd), yd); // infinities count as even integers
+  Value *yOdd = b.CreateAnd(yInteger, b.CreateFCmpUNE(m.floor(half), half));
+  r = m.select(b.CreateAnd(m.signBit(xd), yOdd), m.neg(r), r);
+  Value *finiteNegative = b.CreateAnd(m.lt(xd, m.c(0)), m.gt(xd, m.c(-kInf)));
+  r = m.select(b.CreateAnd(finiteNegative, b.CreateNot(yInteger)), m.c(kNaN), r);
+  r = m.select(b.CreateAnd(m.eq(m.fabs(xd), m.c(1)), m.eq(m.fabs(yd), m.c(kInf))), m.c(1), r);
+  r = m.select(m.eq(xd, m.c(1)), m.c(1), r);
+  r = m.select(m.eq(yd, m.c(0)), m.c(1), r);
+  return f32 ? b.CreateFPTrunc(r, type) : r;
 }
 
 namespace {
@@ -290,10 +265,8 @@ Value *floatPowerInDouble(IRBuilder<> &b, Value *u, int n) {
 // a zero, the plain chain is the answer: it carries C99 pow's infinities,
 // zeros and signs. glibc's vector pow took 2.4-2.5 ns an element here.
 Value *doublePowerInDoubleDouble(IRBuilder<> &b, Value *x, int n) {
-  IRBuilder<>::FastMathFlagGuard keep(b);
-  b.clearFastMathFlags(); // TwoProd's error term is exact only in IEEE arithmetic
   Type *t = x->getType();
-  Emitter m(b, t);
+  MathEmitter m(b, t); // TwoProd's error term is exact only in IEEE arithmetic
   struct Double2 {
     Value *hi, *lo, *plain;
   };
@@ -313,8 +286,7 @@ Value *doublePowerInDoubleDouble(IRBuilder<> &b, Value *x, int n) {
   if (!acc)
     return m.c(1); // x**0 is 1 for every x, NaN included
   Value *sum = b.CreateFAdd(acc->hi, acc->lo);
-  Value *magnitude =
-      b.CreateCall(Intrinsic::getDeclaration(b.GetInsertBlock()->getModule(), Intrinsic::fabs, {t}), {sum});
+  Value *magnitude = m.fabs(sum);
   Value *usable = b.CreateAnd(b.CreateFCmpOLT(magnitude, m.c(kInf)), b.CreateFCmpUNE(acc->plain, m.c(0)));
   return b.CreateSelect(usable, sum, acc->plain);
 }
@@ -324,20 +296,38 @@ Value *emitIntegerPower(IRBuilder<> &b, Value *x, int n) {
   return x->getType()->getScalarType()->isFloatTy() ? floatPowerInDouble(b, x, n) : doublePowerInDoubleDouble(b, x, n);
 }
 
-Value *emitInlineMath(IRBuilder<> &b, std::string_view name, Value *x) {
-  Type *et = x->getType()->getScalarType();
-  if (et->isFloatTy()) {
-    if (name == "exp")
-      return emitExpF32(b, x);
-    if (name == "erfc")
-      return emitErfcF32(b, x);
-    if (name == "log")
-      return emitLogF32(b, x);
-    if (name == "log1p")
-      return emitLog1pF32(b, x);
+Value *inDouble(IRBuilder<> &b, Value *x, const std::function<Value *(Value *)> &f) {
+  Type *t = x->getType();
+  return b.CreateFPTrunc(f(b.CreateFPExt(x, t->getWithNewType(b.getDoubleTy()))), t);
+}
+
+Value *emitInlineMath(IRBuilder<> &b, std::string_view name, ArrayRef<Value *> args) {
+  using Unary = Value *(IRBuilder<> &, Value *);
+  // The float functions computed in double and rounded once: within half
+  // an ulp, where a float algorithm of their own is not worth its code.
+  static const struct {
+    std::string_view name;
+    Unary *fn;
+    bool floatInDouble;
+  } kUnary[] = {{"exp", emitExp, false},     {"expm1", emitExpm1, false}, {"log", emitLog, false},
+                {"log1p", emitLog1p, false}, {"erf", emitErf, false},     {"erfc", emitErfc, false},
+                {"sin", emitSin, false},     {"cos", emitCos, false},     {"tan", emitTan, true},
+                {"tanh", emitTanh, false},   {"sinh", emitSinh, true},    {"cosh", emitCosh, true},
+                {"asinh", emitAsinh, true},  {"acosh", emitAcosh, true},  {"atanh", emitAtanh, true},
+                {"atan", emitAtan, true},    {"asin", emitAsin, true},    {"acos", emitAcos, true}};
+  bool f32 = args[0]->getType()->getScalarType()->isFloatTy();
+  if (args.size() == 1)
+    for (const auto &u : kUnary)
+      if (u.name == name)
+        return f32 && u.floatInDouble ? inDouble(b, args[0], [&](Value *v) { return u.fn(b, v); }) : u.fn(b, args[0]);
+  if (args.size() == 2 && name == "atan2") {
+    if (!f32)
+      return emitAtan2(b, args[0], args[1]);
+    Type *dt = args[0]->getType()->getWithNewType(b.getDoubleTy());
+    return b.CreateFPTrunc(emitAtan2(b, b.CreateFPExt(args[0], dt), b.CreateFPExt(args[1], dt)), args[0]->getType());
   }
-  if (et->isDoubleTy() && name == "exp")
-    return emitExpF64(b, x);
+  if (args.size() == 2 && name == "pow")
+    return emitPow(b, args[0], args[1]);
   return nullptr;
 }
 

@@ -1,9 +1,10 @@
 //===- lib/CodeGen/Lowering.cpp - One Program's instructions as IR --------===//
 //
 // No fast-math flags and no contraction unless asked, so results match the
-// interpreter. The CPU kernels lower whole vectors (one value per lane) and
-// call libmvec's vector functions directly; on the GPU values are scalars
-// and math calls are libdevice's __nv_* functions.
+// interpreter. The CPU kernels lower whole vectors (one value per lane), the
+// GPU kernels scalars, and math functions are hsnn's own library
+// (InlineMath.h) on both, so both give the same bits; libmvec's vector
+// functions (CPU) and libdevice's __nv_* (GPU) only for what it lacks.
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 #include "InlineMath.h"
@@ -238,20 +239,14 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     if (!n || !n->getValueAPF().isInteger())
       break;
     double exponent = n->getValueAPF().convertToDouble();
-    // f64's double-double products need exact FMAs; f32's squarings in double do not.
-    if (!opt_.gpu && std::fabs(exponent) <= kMaxSquaredPower && (t->getScalarType()->isFloatTy() || opt_.hasFMA))
+    // f64's double-double products need exact FMAs (every GPU has them);
+    // f32's squarings in double do not.
+    if (std::fabs(exponent) <= kMaxSquaredPower && (t->getScalarType()->isFloatTy() || inlineMath()))
       return emitIntegerPower(b, arg(0), int(exponent));
     Value *mag = callMath(b, "pow", {callMath(b, "llvm.fabs", {arg(0)}, t), arg(1)}, t);
     bool odd = std::fmod(exponent, 2) != 0;
     return odd ? callMath(b, "llvm.copysign", {mag, arg(0)}, t) : mag;
   }
-  case Op::Tan:
-    // f32 tan in double, rounded once: libmvec's tanf is 4-ulp bound, and
-    // tan' = 1 + tan**2 doubled that (5.7 ulp measured; 1/cos**2 no
-    // better). On the CPU only: libdevice's is the GPU's.
-    if (!opt_.gpu && t->getScalarType()->isFloatTy())
-      return inDouble(b, arg(0), "tan", t);
-    break;
   case Op::Softplus: {
     Value *a = arg(0);
     Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
@@ -280,11 +275,11 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
     Intrinsic::ID id = Function::lookupIntrinsicID(StringRef(base.data(), base.size()));
     return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
   }
-  // exp, and f32 erfc, log and log1p, as IR (InlineMath.cpp): libmvec's
-  // erfcf is 2.6x its erff (gelu's time), and a call spills every vector the
-  // loop holds.
-  if (!opt_.gpu && opt_.hasFMA && args.size() == 1)
-    if (Value *v = emitInlineMath(b, base, args[0]))
+  // hsnn's own math library (InlineMath.h): the same IR on the CPU and the
+  // GPU; libmvec and libdevice only for what it lacks or where the CPU has
+  // no FMA.
+  if (inlineMath())
+    if (Value *v = emitInlineMath(b, base, args))
       return v;
   // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
@@ -305,28 +300,6 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
     result = b.CreateInsertElement(result, callScalar(b, name, laneArgs, et), l);
   }
   return result;
-}
-
-// f(x) for f32 x computed in double and rounded once; a vector is split in
-// halves so that each half of doubles fits the kernel's vector width.
-Value *ElementLowering::inDouble(IRBuilder<> &b, Value *x, std::string_view base, Type *t) {
-  Type *d = b.getDoubleTy();
-  auto *vt = dyn_cast<FixedVectorType>(t);
-  if (!vt || vt->getNumElements() < 2) {
-    Type *wide = vt ? static_cast<Type *>(FixedVectorType::get(d, 1)) : d;
-    return b.CreateFPTrunc(callMath(b, base, {b.CreateFPExt(x, wide)}, wide), t);
-  }
-  unsigned lanes = vt->getNumElements(), half = lanes / 2;
-  auto *ht = FixedVectorType::get(d, half);
-  SmallVector<int, 16> lo, hi, all;
-  for (unsigned l = 0; l < half; ++l)
-    lo.push_back(int(l)), hi.push_back(int(half + l));
-  for (unsigned l = 0; l < lanes; ++l)
-    all.push_back(int(l));
-  auto part = [&](ArrayRef<int> idx) {
-    return callMath(b, base, {b.CreateFPExt(b.CreateShuffleVector(x, idx), ht)}, ht);
-  };
-  return b.CreateFPTrunc(b.CreateShuffleVector(part(lo), part(hi), all), t);
 }
 
 // A call to an external function of type t(t, ...) that reads no memory.

@@ -91,7 +91,9 @@ private:
   llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
                                       const std::vector<llvm::Value *> &slot, llvm::Value *const vars[3], llvm::Type *t);
   llvm::Value *callMath(llvm::IRBuilder<> &b, std::string_view base, llvm::ArrayRef<llvm::Value *> args, llvm::Type *t);
-  llvm::Value *inDouble(llvm::IRBuilder<> &b, llvm::Value *x, std::string_view base, llvm::Type *t);
+  /// Whether math is hsnn's own library (InlineMath.h): on every GPU, and on
+  /// CPUs with FMA.
+  bool inlineMath() const { return opt_.gpu || opt_.hasFMA; }
   llvm::Value *callScalar(llvm::IRBuilder<> &b, const std::string &name, llvm::ArrayRef<llvm::Value *> args,
                           llvm::Type *t);
 

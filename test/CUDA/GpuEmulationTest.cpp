@@ -12,6 +12,7 @@
 // (PTXTest.cpp), a real GPU the latter (GpuTest.cpp).
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "CPU/RequireJit.h"
 
 #include "CodeGen/IREmitter.h"
 #include "Model/CompiledModel.h"
@@ -191,9 +192,30 @@ using LayerConstantGradientKernel = void(const void *, const void *, double *, c
                                          const uint64_t *, int64_t, int64_t, int64_t);
 template <class T> using LossConstantGradientKernel = void(const T *, const T *, double *, const double *, int64_t);
 
+// Where the CPU kernels run hsnn's math library (a JIT, a CPU with FMA),
+// they are the same IR as the GPU kernels, so the emulated kernels must give
+// their bits; elsewhere (libmvec) the interpreter within a few ulp is the
+// reference.
+bool jitIsBitReference() { return runtimeInfo().cpuJitEnabled && __builtin_cpu_supports("fma"); }
+
+template <class T> bool sameBitsOrNaN(T a, T b) {
+  std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t> x, y;
+  std::memcpy(&x, &a, sizeof x);
+  std::memcpy(&y, &b, sizeof y);
+  return x == y || (std::isnan(a) && std::isnan(b));
+}
+
 template <class T> void expectClose(T got, T want, uint64_t ulps) {
+  if (jitIsBitReference()) {
+    CAPTURE(got);
+    CAPTURE(want);
+    CHECK(sameBitsOrNaN(got, want));
+    return;
+  }
   if (sameOrBothNaN(got, want))
     return;
+  CAPTURE(got);
+  CAPTURE(want);
   CHECK((ulpDistance(got, want) <= ulps || std::fabs(double(got) - double(want)) < 1e-30));
 }
 
@@ -239,7 +261,10 @@ std::vector<NodeSpec> mixedNodes(size_t count) {
 template <class T> void compareLayer(Layout layout) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
   std::vector<NodeSpec> nodes = mixedNodes(23);
-  auto [ref, compiled] = layerModels(nodes, dt, layout);
+  auto [interpreted, compiled] = layerModels(nodes, dt, layout);
+  auto ref = jitIsBitReference()
+                 ? *ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = dt, .layout = layout})
+                 : std::move(interpreted);
   const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
   for (int k = 0; k < 3; ++k) {
@@ -394,8 +419,11 @@ template <class T> void compareLossConstantGradient(const char *name) {
 
 template <class T> void compareLoss(const char *name) {
   constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
-  CAPTURE(name);
-  auto [ref, compiled] = lossModels(name, dt);
+  CAPTURE(std::string(name));
+  auto [interpreted, compiled] = lossModels(name, dt);
+  auto ref = jitIsBitReference()
+                 ? *Loss::compile(name, {}, {.method = Method::CpuJit, .dtype = dt, .reduction = Reduction::Sum})
+                 : std::move(interpreted);
   const detail::CompiledModel &model = *compiled;
   detail::GpuModuleSpec spec;
   for (int k = 0; k < 4; ++k)
@@ -528,6 +556,96 @@ template <class T> void compareLayouts() {
 TEST_CASE("batch-major GPU kernels, emulated, give the bits of nodes-major ones") {
   compareLayouts<float>();
   compareLayouts<double>();
+}
+
+// hsnn's math library (lib/CodeGen/InlineMath.h) is the same IR at one lane
+// on the GPU as at 8 or 16 on the CPU: every op and built-in, forward,
+// backward and fused, the GPU kernels emulated against the CPU JIT's vector
+// kernels, bit for bit, on inputs that reach every path: zeros of both
+// signs, infinities, NaN, subnormals (which the GPU must not flush), the
+// largest finite values, the huge arguments of sin and cos, and random
+// values at every magnitude. NaN compares as NaN (its payload is not kept).
+template <class T> void compareWithCpuJit() {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::vector<NodeSpec> nodes;
+  for (const std::string &f : activationFormulas({}))
+    nodes.push_back({f, {}});
+  nodes.push_back({"sin(num*w)*alpha", {{"w", 3.5}, {"alpha", -0.25}}});
+  auto cpu = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = dt});
+  REQUIRE_OK_EXPECTED(cpu);
+  auto [ref, compiled] = layerModels(nodes, dt, Layout::NodesMajor);
+  const detail::CompiledModel &model = *compiled;
+  detail::GpuModuleSpec spec;
+  for (int k = 0; k < 3; ++k) {
+    detail::GpuLayerKernel kernel{"layer" + std::to_string(k), detail::KernelKind(k), dt, Layout::NodesMajor, {}};
+    for (const detail::CodeUnit &u : model.units)
+      kernel.units.push_back(u.programs[size_t(k)]);
+    spec.layers.push_back(std::move(kernel));
+  }
+  EmulatedModule module(spec);
+
+  const T inf = std::numeric_limits<T>::infinity(), big = std::numeric_limits<T>::max();
+  const T tiny = std::numeric_limits<T>::denorm_min(), smallest = std::numeric_limits<T>::min();
+  std::vector<T> values = {T(0), -T(0), inf, -inf, std::numeric_limits<T>::quiet_NaN(), tiny, -tiny, smallest,
+                           -smallest, smallest / 3, big, -big, T(1), T(-1), T(0.5), T(-0.5), T(1e-5), T(88), T(-104),
+                           T(1.5707963267948966), T(1e22), T(3e9), T(-7.5e5), T(0.875), T(-0.875), T(11), T(27)};
+  if constexpr (std::is_same_v<T, double>)
+    values.insert(values.end(), {700.0, 710.0, -745.0, 1e300, -1e300, 0x1p-1060, 1e18});
+  std::mt19937_64 rng(43);
+  std::uniform_real_distribution<double> dense(-6, 6), mantissa(1, 2);
+  std::uniform_int_distribution<int> exponent(std::numeric_limits<T>::min_exponent - 24,
+                                              std::numeric_limits<T>::max_exponent - 1);
+  while (values.size() < 96) {
+    values.push_back(T(dense(rng)));
+    values.push_back(T((values.size() % 2 ? -1 : 1) * std::ldexp(mantissa(rng), exponent(rng))));
+  }
+  const size_t batch = values.size(), width = nodes.size(), n = width * batch;
+  std::vector<T> z(n), err(n);
+  for (size_t j = 0; j < width; ++j)
+    for (size_t r = 0; r < batch; ++r) {
+      z[j * batch + r] = values[(r + j) % batch];
+      err[j * batch + r] = T(dense(rng));
+    }
+  std::vector<double> params = model.defaultParams;
+  if (params.empty())
+    params.push_back(0);
+  int64_t nb = int64_t(batch), nn = int64_t(width);
+  std::vector<T> ga(n), gb(n), gfa(n), gfd(n), ca(n), cb(n), cfa(n), cfd(n);
+  auto run = [&](int kind, const T *errIn, T *o0, T *o1) {
+    auto *k = module.kernel<LayerKernel>("layer" + std::to_string(kind));
+    launch(2, unsigned(nn), 64,
+           [&] { k(z.data(), errIn, o0, o1, params.data(), model.unitOf.data(), model.offsets.data(), nb, nn, 0); });
+  };
+  run(0, nullptr, ga.data(), nullptr);
+  run(1, err.data(), gb.data(), nullptr);
+  run(2, nullptr, gfa.data(), gfd.data());
+  REQUIRE_OK(cpu->forward(z, ca, batch));
+  REQUIRE_OK(cpu->backward(z, err, cb, batch));
+  REQUIRE_OK(cpu->fused(z, cfa, cfd, batch));
+  auto same = [](T a, T b) { return sameBitsOrNaN(a, b); };
+  for (size_t j = 0; j < width; ++j) {
+    CAPTURE(nodes[j].formula);
+    size_t differ = 0;
+    T firstAt = 0;
+    for (size_t r = 0; r < batch; ++r) {
+      size_t i = j * batch + r;
+      bool ok = same(ga[i], ca[i]) && same(gb[i], cb[i]) && same(gfa[i], cfa[i]) && same(gfd[i], cfd[i]);
+      if (!ok && differ++ == 0)
+        firstAt = z[i];
+    }
+    CAPTURE(firstAt);
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("GPU kernels, emulated, give the CPU JIT's bits for every op and built-in, both dtypes") {
+  REQUIRE_JIT();
+  if (!jitIsBitReference()) {
+    MESSAGE("skipped: this CPU has no FMA, so its kernels call libmvec, not hsnn's math library");
+    return;
+  }
+  compareWithCpuJit<float>();
+  compareWithCpuJit<double>();
 }
 
 TEST_CASE("GPU constant-gradient kernels, emulated on CPU threads, match the interpreter's sums") {

@@ -1,0 +1,100 @@
+//===- lib/CodeGen/MathErf.cpp - erf and erfc as IR -----------------------===//
+//
+// erfc (after the rational-in-(a-c)/(a+c) forms of Juffa and of Cody): for
+// a = |x|,
+//   erfc(a) = exp(-a^2) * R(a) / (1 + 2a),
+// where R(a) = (1 + 2a) exp(a^2) erfc(a) rises only from 1 to 1.29, so its
+// polynomial's rounding errors stay small next to 1:
+//   R = 1 + t1 * P(t1 - 1),   t1 = 2a/(a + 2),
+// P fitted for relative error (tools/math-coefficients.py: degree 9 for
+// floats over a in [0, 11], 27 for doubles over [0, 27.3]). The factor t1
+// makes R - 1 vanish at a = 0 exactly, so erfc near 1 does not inherit P's
+// absolute error. Every other factor is carried as 1 + (small term) and
+// multiplied out once:
+//   - 1/(1 + 2a): d = 1/s for s = fl(1 + 2a), with e = 1 - (s + err) d
+//     (err: the exact rounding error of s, d's own error: both exact with
+//     an FMA), so 1/(1 + 2a) = d (1 + e) to second order;
+//   - exp(-a^2): a^2 = hi + lo exactly (FMA), exp(-hi) = 2^k (1 + u) with
+//     exp's reduction and polynomial, exp(-lo) = 1 - lo folded into e;
+//   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
+// 2^k is applied as 2^(k+64) then 2^-64, so results in the subnormal range
+// round once. Floats: 1.75 ulp worst over every float, against 3.1 for
+// glibc's erfcf, and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24
+// floats on one thread (AVX-512). NaN passes through; x < 0 gives
+// 2 - erfc(|x|).
+//
+// erf: x E(x^2) for |x| < 0.875 (E fitted for relative error), else
+// sign(x) (1 - erfc(|x|)), where erfc <= 0.22 and the difference is exact
+// enough.
+//===----------------------------------------------------------------------===//
+#include "InlineMath.h"
+#include "MathEmitter.h"
+
+namespace hsnn::detail {
+
+using namespace llvm;
+
+namespace {
+
+// P(t), t = t1 - 1 in [-1, 0.69], lowest degree first.
+constexpr float kErfcF32[] = {0x1.1ba03ap-2f,  -0x1.7a9dbap-2f, 0x1.a13314p-3f,   -0x1.44dff4p-5f,  -0x1.dc9becp-7f,
+                              0x1.aa215cp-8f,  0x1.16d2b2p-9f,  -0x1.c50444p-11f, -0x1.905738p-12f, 0x1.07c89cp-15f};
+// The same for doubles, t in [-1, 0.864]: 2^-55.4 relative.
+constexpr double kErfcF64[] = {
+    0x1.1ba03889de54ep-2,  -0x1.7a9db38f9e6dap-2, 0x1.a133a8600a96fp-3,  -0x1.44e6292ca0859p-5, -0x1.dd15b0d3e020fp-7,
+    0x1.aba6f99ed2765p-8,  0x1.1ffdbf04b8338p-9,  -0x1.e56ac1c1ed69ep-11, -0x1.165f80230f128p-11, 0x1.415737f66dd2p-14,
+    0x1.101ce890c9e21p-13, 0x1.651e37d82bf48p-16, -0x1.7e70de6e79df2p-16, -0x1.c955085405b8bp-17, 0x1.20d277c1b6715p-23,
+    0x1.e0b0b081afe68p-19, 0x1.ba867537c02f5p-20, -0x1.50f9605d577e1p-23, -0x1.26d0b35688df9p-21, -0x1.1d2d7aa4d0123p-22,
+    0x1.e7972fcbce147p-27, 0x1.b230be9a7033dp-24, 0x1.cd51f1e552458p-25, -0x1.2f8240385d4d6p-27, -0x1.5ac7a568d027ap-26,
+    -0x1.1af42c39cda7ap-28, 0x1.79f802381ef5dp-29, 0x1.1cce345baef79p-30};
+// erf(x)/x in z = x^2 for |x| < 0.875: 2^-28.1 (floats), 2^-56.0 (doubles).
+constexpr float kErfF32[] = {0x1.20dd76p+0f, -0x1.812744p-2f, 0x1.ce2e84p-4f, -0x1.b819a6p-6f,
+                             0x1.553abap-8f, -0x1.ae7f8cp-11f, 0x1.6bdf38p-14f};
+constexpr double kErfF64[] = {0x1.20dd750429b6dp+0,  -0x1.812746b0379e4p-2, 0x1.ce2f21a042991p-4,  -0x1.b82ce3127abaap-6,
+                              0x1.565bcd0bae8e2p-8,  -0x1.c02db35e65d9bp-11, 0x1.f9a30f2ec7cdap-14, -0x1.f4d00cfd6bcb4p-17,
+                              0x1.b9c0559701d36p-20, -0x1.5dca51585703cp-23, 0x1.e517bdcc4018dp-27, -0x1.dbd1dd489fe75p-31};
+
+/// erfc(a) for a >= 0 (or NaN).
+Value *erfcOfMagnitude(MathEmitter &m, Value *a) {
+  bool f32 = m.isF32();
+  a = m.atMost(a, f32 ? 11 : 27.3); // erfc is 0 past these
+  Value *t1 = m.div(m.add(a, a), m.add(a, m.c(2)));
+  Value *p = m.mul(f32 ? m.horner(m.sub(t1, m.c(1)), ArrayRef(kErfcF32)) : m.horner(m.sub(t1, m.c(1)), ArrayRef(kErfcF64)),
+                   t1);
+
+  Value *s = m.fma(a, m.c(2), m.c(1));
+  Value *err = m.fma(a, m.c(2), m.sub(m.c(1), s)); // 1 - s is exact for s >= 1
+  Value *d = m.div(m.c(1), s);
+  Value *e = m.fma(m.neg(s), d, m.c(1));
+  e = m.fma(m.neg(err), d, e);
+
+  DoubleWord sq = m.twoProd(a, a);
+  e = m.sub(e, sq.lo); // (1 + e)(1 - lo): e lo is below 2^-40 of 1
+  auto [k, r] = m.reduceLn2(m.neg(sq.hi));
+  Value *u = m.mul(expm1OverR(m, r), r);
+
+  Value *v = m.add(m.fma(p, e, p), e);
+  Value *w = m.add(m.fma(v, u, v), u);
+  Value *res = m.fma(d, w, d);
+  Value *scale = m.pow2(m.b.CreateAdd(k, m.ci(64)));
+  return m.mul(m.mul(res, scale), m.c(0x1p-64));
+}
+
+} // namespace
+
+Value *emitErfc(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  Value *res = erfcOfMagnitude(m, m.fabs(x));
+  return m.select(m.lt(x, m.c(0)), m.sub(m.c(2), res), res);
+}
+
+Value *emitErf(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  Value *a = m.fabs(x);
+  Value *z = m.mul(x, x);
+  Value *near0 = m.mul(x, m.isF32() ? m.horner(z, ArrayRef(kErfF32)) : m.horner(z, ArrayRef(kErfF64)));
+  Value *tail = m.copysign(m.sub(m.c(1), erfcOfMagnitude(m, a)), x);
+  return m.select(m.lt(a, m.c(0.875)), near0, tail);
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,338 @@
+//===- lib/CodeGen/MathTrig.cpp - sin, cos, tan and the arc functions as IR ===//
+//
+// sin, cos, tan: x = q pi/2 + r, |r| <= pi/4, in double-double, then
+// polynomials in r^2 fitted for relative error (tools/math-coefficients.py)
+// and the quadrant q mod 4 picks and signs them (fdlibm's kernels' shape:
+// cos(r) = w + ((1 - w) - r^2/2 + ...) with w = 1 - r^2/2 keeps the
+// rounding of w).
+// The reduction: below |x| = 2^19, Cody-Waite with pi/2 in four parts, the
+// first three of 33 bits so that k times each is exact (|k| < 2^19), the
+// differences carried in double-double: the result is good to 2^-70 of r
+// even at the doubles nearest a multiple of pi/2 (r ~ 2^-61). Past 2^19,
+// Payne-Hanek on integers: x = m 2^e times the 256 bits of 2/pi that
+// matter at e (the bits above them give multiples of 4), 128 fraction bits
+// kept; that path runs only when some lane needs it (a branch in a small
+// always-inlined function, so the common case pays one compare).
+// Floats are reduced the same way in double and evaluated in float.
+//
+// atan2 on magnitudes: a = min/max in [0, 1], atan(a) = pi/4 + atan((a - 1)/(a + 1))
+// above tan(pi/8), then atan(u) = u + u^3 P(u^2); quadrants by adding to
+// or subtracting from pi/2 and pi held in two parts. atan(x) = atan2(x, 1),
+// asin(x) = atan2(x, sqrt((1 - x)(1 + x))), acos(x) = atan2(sqrt(...), x):
+// (1 - x) is exact where it matters (|x| >= 1/2), so nothing cancels.
+//===----------------------------------------------------------------------===//
+#include "InlineMath.h"
+#include "MathEmitter.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/GlobalVariable.h>
+#include <llvm/IR/MDBuilder.h>
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace hsnn::detail {
+
+using namespace llvm;
+
+namespace {
+
+// sin(r) = r + r^3 S(r^2), cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4.
+constexpr double kSinF64[] = {-0x1.5555555555555p-3,  0x1.111111111111p-7,   -0x1.a01a01a01992ap-13,
+                              0x1.71de3a545f19ap-19,  -0x1.ae64541073dd8p-26, 0x1.61217d6032aa5p-33,
+                              -0x1.ab16ed4213974p-41};
+constexpr double kCosF64[] = {0x1.5555555555555p-5,   -0x1.6c16c16c16c16p-10, 0x1.a01a01a019d06p-16,
+                              -0x1.27e4fb7712685p-22, 0x1.1eed8deaebd79p-29,  -0x1.9394b915611b5p-37,
+                              0x1.ab77d556f29bbp-45};
+constexpr float kSinF32[] = {-0x1.555556p-3f, 0x1.11110ep-7f, -0x1.a013a2p-13f, 0x1.6dbc44p-19f};
+constexpr float kCosF32[] = {0x1.555556p-5f, -0x1.6c16cp-10f, 0x1.a015c2p-16f, -0x1.25238ep-22f};
+// atan(u) = u + u^3 P(u^2), |u| <= tan(pi/8): 2^-57.9.
+constexpr double kAtanF64[] = {-0x1.5555555555555p-2, 0x1.9999999999955p-3,  -0x1.249249248d93fp-3, 0x1.c71c71c3139abp-4,
+                               -0x1.745d1660a6dc7p-4, 0x1.3b139322fe5a2p-4,  -0x1.110e8cdd15a52p-4, 0x1.e19a7c66a2365p-5,
+                               -0x1.ac7d6d8102f14p-5, 0x1.74ea2dc4f3487p-5,  -0x1.1b51f60771571p-5, 0x1.0b135dad78767p-6};
+
+// pi/2 = kPio2[0] + ... + kPio2[3]; the first three have 33 significant bits.
+constexpr double kPio2[] = {0x1.921fb544p+0, 0x1.0b4611a6p-34, 0x1.3198a2ep-69, 0x1.b839a252049c1p-104};
+// pi/2, pi/4 and pi as hi + lo.
+constexpr double kPio2Hi = 0x1.921fb54442d18p+0, kPio2Lo = 0x1.1a62633145c07p-54;
+constexpr double kPio4Hi = 0x1.921fb54442d18p-1, kPio4Lo = 0x1.1a62633145c07p-55;
+constexpr double kPiHi = 0x1.921fb54442d18p+1, kPiLo = 0x1.1a62633145c07p-53;
+constexpr double kTanPiOver8 = 0x1.a827999fcef32p-2;
+// Past this |x| the reduction takes the Payne-Hanek path.
+constexpr double kMediumLimit = 0x1p19;
+
+// The bits of 2/pi after the binary point, 32 to a word: words j0..j0+7
+// are read for x = m 2^e, j0 = (e - 2)/32, e <= 971.
+constexpr uint32_t kTwoOverPi[] = {
+    0xa2f9836e, 0x4e441529, 0xfc2757d1, 0xf534ddc0, 0xdb629599, 0x3c439041, 0xfe5163ab, 0xdebbc561,
+    0xb7246e3a, 0x424dd2e0, 0x06492eea, 0x09d1921c, 0xfe1deb1c, 0xb129a73e, 0xe88235f5, 0x2ebb4484,
+    0xe99c7026, 0xb45f7e41, 0x3991d639, 0x835339f4, 0x9c845f8b, 0xbdf9283b, 0x1ff897ff, 0xde05980f,
+    0xef2f118b, 0x5a0a6d1f, 0x6d367ecf, 0x27cb09b7, 0x4f463f66, 0x9e5fea2d, 0x7527bac7, 0xebe5f17b,
+    0x3d0739f7, 0x8a5292ea, 0x6bfb5fb1, 0x1f8d5d08, 0x56033046, 0xfc7b6bab, 0xf0cfbc20, 0x9af4361d};
+
+/// x = q pi/2 + hi + lo, q an integer of MathEmitter::it's type (only q
+/// mod 4 counts).
+struct Reduced {
+  Value *hi, *lo, *q;
+};
+
+/// Cody-Waite for |x| < kMediumLimit (doubles).
+Reduced reduceMedium(MathEmitter &m, Value *x) {
+  Value *magic = m.c(0x1.8p52);
+  Value *kf = m.fma(x, m.c(0x1.45f306dc9c883p-1), magic); // x 2/pi rounded to an integer
+  Value *k = m.sub(kf, magic), *nk = m.neg(k);
+  Value *r0 = m.fma(nk, m.c(kPio2[0]), x); // exact: see the header
+  DoubleWord s = m.twoSum(r0, m.mul(nk, m.c(kPio2[1])));
+  DoubleWord s2 = m.twoSum(s.hi, m.mul(nk, m.c(kPio2[2])));
+  Value *lo = m.fma(nk, m.c(kPio2[3]), m.add(s.lo, s2.lo));
+  DoubleWord r = m.fastTwoSum(s2.hi, lo);
+  return {r.hi, r.lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
+}
+
+/// The Payne-Hanek reduction of one double, finite with |x| >= 2^19, as a
+/// function of the module: {hi, lo, q}.
+Function *largeReduction(Module &mod) {
+  const char *name = "hsnn.math.rem_pio2.large";
+  if (Function *f = mod.getFunction(name))
+    return f;
+  LLVMContext &ctx = mod.getContext();
+  Type *d = Type::getDoubleTy(ctx), *i64 = Type::getInt64Ty(ctx), *i32 = Type::getInt32Ty(ctx);
+  auto *ret = StructType::get(ctx, {d, d, i64});
+  Function *f = Function::Create(FunctionType::get(ret, {d}, false), GlobalValue::InternalLinkage, name, mod);
+  f->setDoesNotThrow();
+  f->addFnAttr(Attribute::NoInline); // cold: keep it out of the kernels' loops
+  auto *tableType = ArrayType::get(i32, std::size(kTwoOverPi));
+  auto *table = new GlobalVariable(mod, tableType, true, GlobalValue::InternalLinkage,
+                                   ConstantDataArray::get(ctx, ArrayRef(kTwoOverPi)), "hsnn.math.two_over_pi");
+  IRBuilder<> b(BasicBlock::Create(ctx, "entry", f));
+  MathEmitter m(b, d);
+  auto u64 = [&](uint64_t v) { return b.getInt64(v); };
+  Value *x = f->getArg(0);
+  Value *bits = m.bits(m.fabs(x));
+  Value *e = b.CreateSub(b.CreateLShr(bits, 52), u64(1075)); // x = mant 2^e
+  Value *mant = b.CreateOr(b.CreateAnd(bits, u64((1ull << 52) - 1)), u64(1ull << 52));
+  Value *j0 = b.CreateSelect(b.CreateICmpSGE(e, u64(2)), b.CreateAShr(b.CreateSub(e, u64(2)), 5), u64(0));
+  // The 256-bit window w0 (most significant) .. w7 times mant, in 32-bit
+  // digits D0 (least significant) .. D9: every partial product below 2^64.
+  Value *mlo = b.CreateAnd(mant, u64(0xffffffff)), *mhi = b.CreateLShr(mant, 32);
+  Value *lowProducts[8], *highProducts[8];
+  for (unsigned i = 0; i < 8; ++i) {
+    Value *at = b.CreateAdd(j0, u64(7 - i)); // digit position i holds word 7 - i
+    Value *w = b.CreateZExt(
+        b.CreateLoad(i32, b.CreateInBoundsGEP(tableType, table, {b.getInt64(0), at})), i64);
+    lowProducts[i] = b.CreateMul(mlo, w);
+    highProducts[i] = b.CreateMul(mhi, w);
+  }
+  auto lo32 = [&](Value *v) { return b.CreateAnd(v, u64(0xffffffff)); };
+  auto hi32 = [&](Value *v) { return b.CreateLShr(v, 32); };
+  auto *digitsType = ArrayType::get(i64, 11);
+  Value *digits = b.CreateAlloca(digitsType);
+  Value *carry = u64(0);
+  for (unsigned dgt = 0; dgt < 11; ++dgt) {
+    Value *sum = carry;
+    if (dgt < 8)
+      sum = b.CreateAdd(sum, lo32(lowProducts[dgt]));
+    if (dgt >= 1 && dgt - 1 < 8)
+      sum = b.CreateAdd(b.CreateAdd(sum, hi32(lowProducts[dgt - 1])), lo32(highProducts[dgt - 1]));
+    if (dgt >= 2 && dgt - 2 < 8)
+      sum = b.CreateAdd(sum, hi32(highProducts[dgt - 2]));
+    b.CreateStore(lo32(sum), b.CreateInBoundsGEP(digitsType, digits, {b.getInt64(0), b.getInt64(dgt)}));
+    carry = hi32(sum);
+  }
+  // x 2/pi = P 2^-sh: bits [sh, sh + 2) are q mod 4, the 128 below the fraction.
+  Value *sh = b.CreateSub(b.CreateShl(b.CreateAdd(j0, u64(8)), 5), e);
+  auto bitsAt = [&](Value *p, unsigned width) { // bits [p, p + width) of P, width <= 32
+    Value *di = b.CreateLShr(p, 5), *bo = b.CreateAnd(p, u64(31));
+    auto digit = [&](Value *i) {
+      return b.CreateLoad(i64, b.CreateInBoundsGEP(digitsType, digits, {b.getInt64(0), i}));
+    };
+    Value *pair = b.CreateOr(b.CreateShl(digit(b.CreateAdd(di, u64(1))), 32), digit(di));
+    return b.CreateAnd(b.CreateLShr(pair, bo), u64((1ull << width) - 1));
+  };
+  Value *q = bitsAt(sh, 2);
+  Value *f3 = bitsAt(b.CreateSub(sh, u64(32)), 32), *f2 = bitsAt(b.CreateSub(sh, u64(64)), 32);
+  Value *f1 = bitsAt(b.CreateSub(sh, u64(96)), 32), *f0 = bitsAt(b.CreateSub(sh, u64(128)), 32);
+  // The fraction as a signed 128-bit number A 2^64 + B in [-1/2, 1/2)
+  // turns: where its top bit is set it is read as f - 1 and q counts one more.
+  Value *a = b.CreateOr(b.CreateShl(f3, 32), f2), *bLow = b.CreateOr(b.CreateShl(f1, 32), f0);
+  q = b.CreateAdd(q, b.CreateLShr(a, 63));
+  auto exact = [&](Value *v, bool isSigned, double scale) {
+    return m.mul(isSigned ? b.CreateSIToFP(v, d) : b.CreateUIToFP(v, d), m.c(scale));
+  };
+  Value *aHi = exact(b.CreateAShr(a, 22), true, 0x1p-42), *aLo = exact(b.CreateAnd(a, u64(0x3fffff)), false, 0x1p-64);
+  Value *bHi = exact(b.CreateLShr(bLow, 22), false, 0x1p-106), *bLo = exact(b.CreateAnd(bLow, u64(0x3fffff)), false, 0x1p-128);
+  DoubleWord t = m.twoSum(aHi, aLo);
+  DoubleWord t2 = m.twoSum(t.hi, bHi);
+  DoubleWord frac = m.fastTwoSum(t2.hi, m.add(m.add(t.lo, t2.lo), bLo));
+  // times pi/2 in double-double
+  DoubleWord p = m.twoProd(frac.hi, m.c(kPio2Hi));
+  Value *plo = m.add(p.lo, m.fma(frac.hi, m.c(kPio2Lo), m.mul(frac.lo, m.c(kPio2Hi))));
+  DoubleWord r = m.fastTwoSum(p.hi, plo);
+  Value *negative = m.signBit(x);
+  Value *out = UndefValue::get(ret);
+  out = b.CreateInsertValue(out, m.select(negative, m.neg(r.hi), r.hi), 0);
+  out = b.CreateInsertValue(out, m.select(negative, m.neg(r.lo), r.lo), 1);
+  out = b.CreateInsertValue(out, b.CreateSelect(negative, b.CreateNeg(q), q), 2);
+  b.CreateRet(out);
+  return f;
+}
+
+/// The reduction of doubles (scalar or vector): Cody-Waite, and where a lane
+/// is past kMediumLimit, that lane again through largeReduction. The
+/// branch lives in an always-inlined function of its own, so the kernels'
+/// emitters see straight-line code.
+Reduced reduce(MathEmitter &m, Value *x) {
+  Module &mod = *m.module();
+  Type *t = m.t;
+  auto *vt = dyn_cast<FixedVectorType>(t);
+  std::string name = fmt::format("hsnn.math.rem_pio2.{}", vt ? vt->getNumElements() : 1u);
+  Function *f = mod.getFunction(name);
+  Type *it = m.it;
+  auto *ret = StructType::get(t->getContext(), {t, t, it});
+  if (!f) {
+    LLVMContext &ctx = mod.getContext();
+    f = Function::Create(FunctionType::get(ret, {t}, false), GlobalValue::InternalLinkage, name, mod);
+    f->setDoesNotThrow();
+    f->addFnAttr(Attribute::AlwaysInline);
+    BasicBlock *entry = BasicBlock::Create(ctx, "entry", f), *slow = BasicBlock::Create(ctx, "large", f),
+               *done = BasicBlock::Create(ctx, "done", f);
+    IRBuilder<> b(entry);
+    MathEmitter fm(b, t);
+    Value *fx = f->getArg(0);
+    Reduced med = reduceMedium(fm, fx);
+    Value *ax = fm.fabs(fx);
+    Value *large = b.CreateAnd(b.CreateFCmpOGE(ax, fm.c(kMediumLimit)), b.CreateFCmpOLT(ax, fm.c(HUGE_VAL)));
+    Value *any = vt ? b.CreateOrReduce(large) : large;
+    MDNode *rare = MDBuilder(ctx).createBranchWeights(1, 1000);
+    b.CreateCondBr(any, slow, done, rare);
+
+    b.SetInsertPoint(slow);
+    Function *one = largeReduction(mod);
+    Value *hi = med.hi, *lo = med.lo, *q = med.q;
+    unsigned lanes = vt ? vt->getNumElements() : 1;
+    for (unsigned l = 0; l < lanes; ++l) {
+      auto lane = [&](Value *v) { return vt ? b.CreateExtractElement(v, l) : v; };
+      auto put = [&](Value *into, Value *v) { return vt ? b.CreateInsertElement(into, v, l) : v; };
+      Value *isLarge = lane(large);
+      // Lanes not past the limit ask for a harmless input and keep Cody-Waite's answer.
+      Value *in = b.CreateSelect(isLarge, lane(fx), ConstantFP::get(b.getDoubleTy(), kMediumLimit));
+      Value *res = b.CreateCall(one, {in});
+      hi = put(hi, b.CreateSelect(isLarge, b.CreateExtractValue(res, 0), lane(hi)));
+      lo = put(lo, b.CreateSelect(isLarge, b.CreateExtractValue(res, 1), lane(lo)));
+      q = put(q, b.CreateSelect(isLarge, b.CreateExtractValue(res, 2), lane(q)));
+    }
+    b.CreateBr(done);
+
+    b.SetInsertPoint(done);
+    auto merge = [&](Value *fast, Value *fromSlow) {
+      PHINode *phi = b.CreatePHI(fast->getType(), 2);
+      phi->addIncoming(fast, entry);
+      phi->addIncoming(fromSlow, slow);
+      return phi;
+    };
+    Value *parts[] = {merge(med.hi, hi), merge(med.lo, lo), merge(med.q, q)}; // the phis first
+    Value *out = UndefValue::get(ret);
+    for (unsigned k = 0; k < 3; ++k)
+      out = b.CreateInsertValue(out, parts[k], k);
+    b.CreateRet(out);
+  }
+  Value *res = m.b.CreateCall(f, {x});
+  return {m.b.CreateExtractValue(res, 0), m.b.CreateExtractValue(res, 1), m.b.CreateExtractValue(res, 2)};
+}
+
+/// sin(r) and cos(r) for r = hi + lo, |r| <= pi/4 (lo may be 0).
+std::pair<Value *, Value *> sinCosKernel(MathEmitter &m, Value *hi, Value *lo) {
+  bool f32 = m.isF32();
+  Value *z = m.mul(hi, hi);
+  Value *sz = f32 ? m.horner(z, ArrayRef(kSinF32)) : m.horner(z, ArrayRef(kSinF64));
+  Value *cz = f32 ? m.horner(z, ArrayRef(kCosF32)) : m.horner(z, ArrayRef(kCosF64));
+  // sin(hi + lo) = sin(hi) + lo cos(hi), cos(hi + lo) = cos(hi) - lo sin(hi), to first order in lo.
+  Value *hz = m.mul(m.c(0.5), z);
+  Value *sinTail = m.fma(m.mul(hi, z), sz, m.fma(m.neg(hz), lo, lo));
+  Value *sin = m.add(hi, sinTail);
+  Value *w = m.sub(m.c(1), hz);
+  Value *cosTail = m.add(m.sub(m.sub(m.c(1), w), hz), m.fma(m.mul(z, z), cz, m.neg(m.mul(hi, lo))));
+  Value *cos = m.add(w, cosTail);
+  return {sin, cos};
+}
+
+enum class Trig { Sin, Cos, Tan };
+
+Value *trig(IRBuilder<> &b, Value *x, Trig which) {
+  MathEmitter m(b, x->getType());
+  Value *hi, *lo, *q;
+  if (m.isF32()) {
+    // Reduced in double (exactly, with room to spare), evaluated in float.
+    MathEmitter dm(b, x->getType()->getWithNewType(b.getDoubleTy()));
+    Reduced r = reduce(dm, b.CreateFPExt(x, dm.t));
+    hi = b.CreateFPTrunc(dm.add(r.hi, r.lo), m.t);
+    lo = m.c(0);
+    q = b.CreateTrunc(r.q, m.it);
+  } else {
+    Reduced r = reduce(m, x);
+    hi = r.hi, lo = r.lo, q = r.q;
+  }
+  auto [s, c] = sinCosKernel(m, hi, lo);
+  if (which == Trig::Cos)
+    q = b.CreateAdd(q, m.ci(1)); // cos(x) = sin(x + pi/2)
+  Value *odd = b.CreateICmpNE(b.CreateAnd(q, m.ci(1)), m.ci(0));
+  if (which == Trig::Tan)
+    return m.select(m.eq(x, m.c(0)), x, m.select(odd, m.neg(m.div(c, s)), m.div(s, c)));
+  Value *v = m.select(odd, c, s);
+  v = m.select(b.CreateICmpNE(b.CreateAnd(q, m.ci(2)), m.ci(0)), m.neg(v), v);
+  return which == Trig::Sin ? m.select(m.eq(x, m.c(0)), x, v) : v; // sin(-0) = -0
+}
+
+/// atan2(y, x) for y >= 0 given as its magnitude, x's sign as a flag: in [0, pi].
+Value *atan2OfMagnitudes(MathEmitter &m, Value *ay, Value *ax, Value *xNegative) {
+  Value *swap = m.gt(ay, ax);
+  Value *num = m.select(swap, ax, ay), *den = m.select(swap, ay, ax);
+  Value *a = m.div(num, den);
+  a = m.select(m.eq(num, m.c(0)), m.c(0), a); // atan2(0, 0)
+  a = m.select(m.b.CreateAnd(m.eq(num, m.c(HUGE_VAL)), m.eq(den, m.c(HUGE_VAL))), m.c(1), a); // atan2(inf, inf)
+  Value *shifted = m.gt(a, m.c(kTanPiOver8));
+  Value *u = m.select(shifted, m.div(m.sub(a, m.c(1)), m.add(a, m.c(1))), a);
+  Value *z = m.mul(u, u);
+  Value *atanU = m.add(u, m.fma(m.mul(u, z), m.horner(z, ArrayRef(kAtanF64)), m.select(shifted, m.c(kPio4Lo), m.c(0))));
+  Value *t = m.add(m.select(shifted, m.c(kPio4Hi), m.c(0)), atanU);
+  // base + sign t: atan2 = t, pi/2 - t, pi - t or pi/2 + t by quadrant.
+  Value *baseHi = m.select(swap, m.c(kPio2Hi), m.select(xNegative, m.c(kPiHi), m.c(0)));
+  Value *baseLo = m.select(swap, m.c(kPio2Lo), m.select(xNegative, m.c(kPiLo), m.c(0)));
+  Value *minus = m.b.CreateXor(swap, xNegative);
+  Value *r = m.add(baseHi, m.add(m.select(minus, m.neg(t), t), baseLo));
+  return m.select(m.b.CreateFCmpUNO(ay, ax), m.c(NAN), r);
+}
+
+/// sqrt((1 - x)(1 + x)) = sqrt(1 - x^2) without cancellation.
+Value *cosOfArcsin(MathEmitter &m, Value *x) { return m.sqrt(m.mul(m.sub(m.c(1), x), m.add(m.c(1), x))); }
+
+} // namespace
+
+Value *emitSin(IRBuilder<> &b, Value *x) { return trig(b, x, Trig::Sin); }
+Value *emitCos(IRBuilder<> &b, Value *x) { return trig(b, x, Trig::Cos); }
+Value *emitTan(IRBuilder<> &b, Value *x) { return trig(b, x, Trig::Tan); }
+
+Value *emitAtan2(IRBuilder<> &b, Value *y, Value *x) {
+  MathEmitter m(b, y->getType());
+  return m.copysign(atan2OfMagnitudes(m, m.fabs(y), m.fabs(x), m.signBit(x)), y);
+}
+
+Value *emitAtan(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  return m.copysign(atan2OfMagnitudes(m, m.fabs(x), m.c(1), ConstantInt::getFalse(m.it->getWithNewType(b.getInt1Ty()))),
+                    x);
+}
+
+Value *emitAsin(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  Value *noSign = ConstantInt::getFalse(m.it->getWithNewType(b.getInt1Ty()));
+  return m.copysign(atan2OfMagnitudes(m, m.fabs(x), cosOfArcsin(m, x), noSign), x);
+}
+
+Value *emitAcos(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  return atan2OfMagnitudes(m, cosOfArcsin(m, x), m.fabs(x), m.signBit(x));
+}
+
+} // namespace hsnn::detail

@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""Derives the polynomial coefficients of hsnn's math library (lib/CodeGen/Math*.cpp).
+
+Each fit is near-minimax in relative error: a weighted least-squares fit on
+Chebyshev points, reweighted by Lawson's rule, in 60-digit arithmetic with
+mpmath; the coefficients are then rounded to the target type and the error
+of the rounded polynomial is measured on a dense grid. Prints C++ arrays.
+
+  /usr/bin/python3 tools/math-coefficients.py [name ...]
+"""
+import struct
+import sys
+
+import mpmath as mp
+
+mp.mp.dps = 60
+
+
+def fit(target, lo, hi, degree, points=400, iterations=30, basis=None):
+    """Coefficients c_k (lowest first) of sum c_k basis(u)^k ~ target(u) on [lo, hi],
+    minimizing max |(poly - target)/target|."""
+    us = [lo + (hi - lo) * (1 - mp.cos(mp.pi * (i + mp.mpf(0.5)) / points)) / 2 for i in range(points)]
+    ys = [target(u) for u in us]
+    w = [mp.mpf(1)] * points
+    coef = None
+    for _ in range(iterations):
+        rows = [[(u if basis is None else basis(u)) ** k * mp.sqrt(w[i]) / ys[i] for k in range(degree + 1)]
+                for i, u in enumerate(us)]
+        rhs = [mp.sqrt(w[i]) for i in range(points)]
+        a = mp.matrix(rows)
+        coef = mp.lu_solve(a.T * a, a.T * mp.matrix(rhs))
+        err = [abs(sum(coef[k] * (u if basis is None else basis(u)) ** k for k in range(degree + 1)) / ys[i] - 1)
+               for i, u in enumerate(us)]
+        total = sum(w[i] * err[i] for i in range(points))
+        w = [w[i] * err[i] / total for i in range(points)]
+    return [coef[k] for k in range(degree + 1)]
+
+
+def rounded(coef, dtype):
+    return [mp.mpf(float(c)) if dtype == 'f64' else mp.mpf(float(mp.mpf(f'{float(c):.9g}'))) for c in coef]
+
+
+def hexfloat(v, dtype):
+    if dtype == 'f32':
+        v = struct.unpack('f', struct.pack('f', float(v)))[0]
+    mantissa, exponent = float(v).hex().split('p')
+    mantissa = mantissa.rstrip('0').rstrip('.')
+    return f'{mantissa}p{exponent}' + ('f' if dtype == 'f32' else '')
+
+
+def report(name, coef, dtype, check):
+    worst = max(check(rounded(coef, dtype)))
+    body = ', '.join(hexfloat(c, dtype) for c in rounded(coef, dtype))
+    ctype = 'float' if dtype == 'f32' else 'double'
+    print(f'// {name}: relative error {mp.nstr(worst, 3)} (2^{mp.nstr(mp.log(worst, 2), 4)}) with the rounded coefficients')
+    print(f'constexpr {ctype} k{name}[] = {{{body}}};')
+
+
+def dense(lo, hi, n=3000):
+    return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+
+
+def poly(coef, u):
+    acc = mp.mpf(0)
+    for c in reversed(coef):
+        acc = acc * u + c
+    return acc
+
+
+# ---- the fits ----
+
+def atan_fit(dtype, degree):
+    # atan(x) = x + x^3 P(x^2), x in [0, tan(pi/8)]: P fitted in z = x^2.
+    zmax = (mp.sqrt(2) - 1) ** 2
+    target = lambda z: (mp.atan(mp.sqrt(z)) - mp.sqrt(z)) / mp.sqrt(z) ** 3 if z > 0 else mp.mpf(-1) / 3
+    coef = fit(target, mp.mpf(0), zmax, degree)
+
+    def check(c):
+        out = []
+        for z in dense(mp.mpf(10) ** -30, zmax):
+            x = mp.sqrt(z)
+            out.append(abs((x + x ** 3 * poly(c, z)) / mp.atan(x) - 1))
+        return out
+    report(f'Atan{dtype.upper()}', coef, dtype, check)
+
+
+def sin_fit(dtype, degree):
+    # sin(r) = r + r^3 S(r^2), r in [-pi/4, pi/4].
+    zmax = (mp.pi / 4) ** 2
+    target = lambda z: (mp.sin(mp.sqrt(z)) - mp.sqrt(z)) / mp.sqrt(z) ** 3 if z > 0 else mp.mpf(-1) / 6
+    coef = fit(target, mp.mpf(0), zmax, degree)
+
+    def check(c):
+        return [abs((mp.sqrt(z) + mp.sqrt(z) ** 3 * poly(c, z)) / mp.sin(mp.sqrt(z)) - 1)
+                for z in dense(mp.mpf(10) ** -30, zmax)]
+    report(f'Sin{dtype.upper()}', coef, dtype, check)
+
+
+def cos_fit(dtype, degree):
+    # cos(r) = 1 - r^2/2 + r^4 C(r^2), r in [-pi/4, pi/4].
+    zmax = (mp.pi / 4) ** 2
+    target = lambda z: (mp.cos(mp.sqrt(z)) - 1 + z / 2) / z ** 2 if z > 0 else mp.mpf(1) / 24
+    coef = fit(target, mp.mpf(0), zmax, degree)
+
+    def check(c):
+        return [abs((1 - z / 2 + z ** 2 * poly(c, z)) / mp.cos(mp.sqrt(z)) - 1) for z in dense(mp.mpf(0), zmax)]
+    report(f'Cos{dtype.upper()}', coef, dtype, check)
+
+
+def erf_fit(dtype, degree, xmax):
+    # erf(x) = x (c0 + x^2 P(x^2)) for |x| <= xmax: the whole factor fitted in z = x^2.
+    target = lambda z: mp.erf(mp.sqrt(z)) / mp.sqrt(z) if z > 0 else 2 / mp.sqrt(mp.pi)
+    coef = fit(target, mp.mpf(0), mp.mpf(xmax) ** 2, degree)
+
+    def check(c):
+        return [abs(poly(c, z) * mp.sqrt(z) / mp.erf(mp.sqrt(z)) - 1) for z in dense(mp.mpf(10) ** -30, mp.mpf(xmax) ** 2)]
+    report(f'Erf{dtype.upper()}', coef, dtype, check)
+
+
+def erfc_fit(dtype, degree, amax):
+    # R(a) = (1 + 2a) exp(a^2) erfc(a) = 1 + t1 P(t1 - 1), t1 = 2a/(a + 2).
+    tmax = 2 * mp.mpf(amax) / (amax + 2)
+    a_of = lambda t1: 2 * t1 / (2 - t1)
+    R = lambda a: (1 + 2 * a) * mp.exp(a * a) * mp.erfc(a)
+    target = lambda t: (R(a_of(t + 1)) - 1) / (t + 1) if t > -1 else (mp.mpf(2) - 2 / mp.sqrt(mp.pi)) * 1  # dR/dt1 at 0
+    # at t1 = 0: (R - 1)/t1 -> dR/da * da/dt1 = (2 - 2/sqrt(pi)) * 1
+    coef = fit(target, mp.mpf(-1), tmax - 1, degree)
+
+    def check(c):
+        out = []
+        for t in dense(mp.mpf(-1) + mp.mpf(10) ** -20, tmax - 1):
+            out.append(abs((1 + (t + 1) * poly(c, t)) / R(a_of(t + 1)) - 1))
+        return out
+    report(f'Erfc{dtype.upper()}', coef, dtype, check)
+
+
+FITS = {
+    'atan64': lambda: atan_fit('f64', 11),
+    'atan32': lambda: atan_fit('f32', 4),
+    'sin64': lambda: sin_fit('f64', 6),
+    'cos64': lambda: cos_fit('f64', 6),
+    'sin32': lambda: sin_fit('f32', 3),
+    'cos32': lambda: cos_fit('f32', 3),
+    'erf64': lambda: erf_fit('f64', 11, 0.875),
+    'erf32': lambda: erf_fit('f32', 6, 0.875),
+    'erfc64': lambda: erfc_fit('f64', 27, 27.3),
+}
+
+if __name__ == '__main__':
+    for name in sys.argv[1:] or FITS:
+        FITS[name]()
