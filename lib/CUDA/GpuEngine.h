@@ -17,7 +17,7 @@
 namespace hsnn::detail {
 
 /// How PTX is generated: the layer's or loss's optimisation level and
-/// fast-math choice (fast math also flushes denormals in libdevice).
+/// fast-math choice.
 struct GpuBuildOptions {
   int optLevel = 3;
   bool fastMath = false;

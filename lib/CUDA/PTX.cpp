@@ -10,20 +10,8 @@
 
 namespace hsnn::detail {
 
-std::string libdevicePath() {
-  if (const char *p = std::getenv("HSNN_LIBDEVICE"); p && *p)
-    return p;
-  return HSNN_LIBDEVICE_DEFAULT;
-}
-
 // A cache hit of GPU code asks this without loading the module.
-std::string ptxGeneratorId() {
-  std::string path = libdevicePath();
-  std::error_code ec;
-  auto size = std::filesystem::file_size(path, ec);
-  auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  return fmt::format("llvm-{} libdevice {} {} {}", codeGenLlvmVersion(), path, ec ? 0 : size, ec ? 0 : time);
-}
+std::string ptxGeneratorId() { return fmt::format("llvm-{}", codeGenLlvmVersion()); }
 
 int ptxIsaVersion(std::string_view ptx) {
   size_t at = ptx.find(".version ");
@@ -46,10 +34,7 @@ Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &op
   auto m = codeGenModule();
   if (!m)
     return m.error();
-  PtxOptions o = options;
-  if (o.libdevice.empty())
-    o.libdevice = libdevicePath();
-  return (*m)->compilePtx(spec, o, stats);
+  return (*m)->compilePtx(spec, options, stats);
 }
 
 } // namespace hsnn::detail

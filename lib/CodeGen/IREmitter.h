@@ -42,10 +42,12 @@ struct EmitOptions {
   /// hsnn's own library emitted inline (InlineMath.h), which needs exact
   /// FMAs and would otherwise call a libm fma per operation.
   bool hasFMA = false;
+  /// hsnn's math library where there is FMA; false (HSNN_CPU_MATH=libmvec):
+  /// libmvec's, for comparison.
+  bool ownMath = true;
   /// Opt-in fast math (reassociation, no NaN/inf); off means IEEE.
   bool fastMath = false;
-  /// NVPTX: scalar values; math hsnn's own library, libdevice (__nv_*) for
-  /// what it lacks.
+  /// NVPTX: scalar values, math always hsnn's own library.
   bool gpu = false;
   /// Loss kernels return their sum as {sum, residual} (SumParts, KernelSpec.h)
   /// for the host JIT to add across blocks; otherwise (AOT) as one double.

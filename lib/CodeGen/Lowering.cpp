@@ -4,7 +4,7 @@
 // interpreter. The CPU kernels lower whole vectors (one value per lane), the
 // GPU kernels scalars, and math functions are hsnn's own library
 // (InlineMath.h) on both, so both give the same bits; libmvec's vector
-// functions (CPU) and libdevice's __nv_* (GPU) only for what it lacks.
+// functions only on CPUs without FMA (or when asked for, to compare).
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 #include "InlineMath.h"
@@ -276,14 +276,13 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
     return b.CreateCall(Intrinsic::getDeclaration(&m_, id, {t}), args);
   }
   // hsnn's own math library (InlineMath.h): the same IR on the CPU and the
-  // GPU; libmvec and libdevice only for what it lacks or where the CPU has
-  // no FMA.
+  // GPU; libmvec only where the CPU has no FMA. (A GPU function left
+  // undefined here is refused by compilePtx.)
   if (inlineMath())
     if (Value *v = emitInlineMath(b, base, args))
       return v;
-  // libdevice names its functions __nv_exp, __nv_expf, ...
   Type *et = t->getScalarType();
-  std::string name = (opt_.gpu ? "__nv_" : "") + std::string(base) + (et->isFloatTy() ? "f" : "");
+  std::string name = std::string(base) + (et->isFloatTy() ? "f" : "");
   auto *vt = dyn_cast<FixedVectorType>(t);
   if (!vt)
     return callScalar(b, name, args, t);

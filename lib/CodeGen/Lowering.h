@@ -93,7 +93,7 @@ private:
   llvm::Value *callMath(llvm::IRBuilder<> &b, std::string_view base, llvm::ArrayRef<llvm::Value *> args, llvm::Type *t);
   /// Whether math is hsnn's own library (InlineMath.h): on every GPU, and on
   /// CPUs with FMA.
-  bool inlineMath() const { return opt_.gpu || opt_.hasFMA; }
+  bool inlineMath() const { return opt_.gpu || (opt_.hasFMA && opt_.ownMath); }
   llvm::Value *callScalar(llvm::IRBuilder<> &b, const std::string &name, llvm::ArrayRef<llvm::Value *> args,
                           llvm::Type *t);
 

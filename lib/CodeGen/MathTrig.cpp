@@ -13,7 +13,8 @@
 // matter at e (the bits above them give multiples of 4), 128 fraction bits
 // kept; that path runs only when some lane needs it (a branch in a small
 // always-inlined function, so the common case pays one compare).
-// Floats are reduced the same way in double and evaluated in float.
+// Floats are reduced in double (two parts of pi/2 are enough for their 24
+// bits) and evaluated in float.
 //
 // atan2 on magnitudes: a = min/max in [0, 1], atan(a) = pi/4 + atan((a - 1)/(a + 1))
 // above tan(pi/8), then atan(u) = u + u^3 P(u^2); quadrants by adding to
@@ -178,15 +179,33 @@ Function *largeReduction(Module &mod) {
   return f;
 }
 
-/// The reduction of doubles (scalar or vector): Cody-Waite, and where a lane
-/// is past kMediumLimit, that lane again through largeReduction. The
-/// branch lives in an always-inlined function of its own, so the kernels'
-/// emitters see straight-line code.
+/// Cody-Waite for floats below kMediumLimit, in double: a float has 24
+/// bits, so k times pi/2's first 33 bits is exact and one more part leaves
+/// r within 2^-50 of itself, far below a float's ulp. Returns r rounded to
+/// float (no low part) and q.
+Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
+  IRBuilder<> &b = m.b;
+  MathEmitter d(b, m.t->getWithNewType(b.getDoubleTy()));
+  Value *xd = b.CreateFPExt(x, d.t);
+  Value *magic = d.c(0x1.8p52);
+  Value *kf = d.fma(xd, d.c(0x1.45f306dc9c883p-1), magic);
+  Value *nk = d.neg(d.sub(kf, magic));
+  Value *r = d.fma(nk, d.c(kPio2[0]), xd); // exact
+  r = d.fma(nk, d.c(0x1.0b4611a626331p-34), r); // pi/2 - kPio2[0], rounded
+  return {b.CreateFPTrunc(r, m.t), m.c(0), b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
+}
+
+/// x = q pi/2 + hi + lo for floats or doubles (scalar or vector): Cody-Waite,
+/// and where a lane is past kMediumLimit, that lane again through
+/// largeReduction (in double; rounded back for floats). The branch lives in
+/// an always-inlined function of its own, so the kernels' emitters see
+/// straight-line code.
 Reduced reduce(MathEmitter &m, Value *x) {
   Module &mod = *m.module();
   Type *t = m.t;
+  bool f32 = m.isF32();
   auto *vt = dyn_cast<FixedVectorType>(t);
-  std::string name = fmt::format("hsnn.math.rem_pio2.{}", vt ? vt->getNumElements() : 1u);
+  std::string name = fmt::format("hsnn.math.rem_pio2.{}{}", f32 ? "f" : "d", vt ? vt->getNumElements() : 1u);
   Function *f = mod.getFunction(name);
   Type *it = m.it;
   auto *ret = StructType::get(t->getContext(), {t, t, it});
@@ -200,7 +219,7 @@ Reduced reduce(MathEmitter &m, Value *x) {
     IRBuilder<> b(entry);
     MathEmitter fm(b, t);
     Value *fx = f->getArg(0);
-    Reduced med = reduceMedium(fm, fx);
+    Reduced med = f32 ? reduceMediumFloat(fm, fx) : reduceMedium(fm, fx);
     Value *ax = fm.fabs(fx);
     Value *large = b.CreateAnd(b.CreateFCmpOGE(ax, fm.c(kMediumLimit)), b.CreateFCmpOLT(ax, fm.c(HUGE_VAL)));
     Value *any = vt ? b.CreateOrReduce(large) : large;
@@ -216,11 +235,19 @@ Reduced reduce(MathEmitter &m, Value *x) {
       auto put = [&](Value *into, Value *v) { return vt ? b.CreateInsertElement(into, v, l) : v; };
       Value *isLarge = lane(large);
       // Lanes not past the limit ask for a harmless input and keep Cody-Waite's answer.
-      Value *in = b.CreateSelect(isLarge, lane(fx), ConstantFP::get(b.getDoubleTy(), kMediumLimit));
+      Value *in = b.CreateSelect(isLarge, b.CreateFPExt(lane(fx), b.getDoubleTy()),
+                                 ConstantFP::get(b.getDoubleTy(), kMediumLimit));
       Value *res = b.CreateCall(one, {in});
-      hi = put(hi, b.CreateSelect(isLarge, b.CreateExtractValue(res, 0), lane(hi)));
-      lo = put(lo, b.CreateSelect(isLarge, b.CreateExtractValue(res, 1), lane(lo)));
-      q = put(q, b.CreateSelect(isLarge, b.CreateExtractValue(res, 2), lane(q)));
+      Value *rhi = b.CreateExtractValue(res, 0), *rlo = b.CreateExtractValue(res, 1);
+      Value *rq = b.CreateExtractValue(res, 2);
+      if (f32) {
+        rhi = b.CreateFPTrunc(b.CreateFAdd(rhi, rlo), b.getFloatTy());
+        rlo = ConstantFP::get(b.getFloatTy(), 0);
+        rq = b.CreateTrunc(rq, b.getInt32Ty());
+      }
+      hi = put(hi, b.CreateSelect(isLarge, rhi, lane(hi)));
+      lo = put(lo, b.CreateSelect(isLarge, rlo, lane(lo)));
+      q = put(q, b.CreateSelect(isLarge, rq, lane(q)));
     }
     b.CreateBr(done);
 
@@ -261,18 +288,7 @@ enum class Trig { Sin, Cos, Tan };
 
 Value *trig(IRBuilder<> &b, Value *x, Trig which) {
   MathEmitter m(b, x->getType());
-  Value *hi, *lo, *q;
-  if (m.isF32()) {
-    // Reduced in double (exactly, with room to spare), evaluated in float.
-    MathEmitter dm(b, x->getType()->getWithNewType(b.getDoubleTy()));
-    Reduced r = reduce(dm, b.CreateFPExt(x, dm.t));
-    hi = b.CreateFPTrunc(dm.add(r.hi, r.lo), m.t);
-    lo = m.c(0);
-    q = b.CreateTrunc(r.q, m.it);
-  } else {
-    Reduced r = reduce(m, x);
-    hi = r.hi, lo = r.lo, q = r.q;
-  }
+  auto [hi, lo, q] = reduce(m, x);
   auto [s, c] = sinCosKernel(m, hi, lo);
   if (which == Trig::Cos)
     q = b.CreateAdd(q, m.ci(1)); // cos(x) = sin(x + pi/2)

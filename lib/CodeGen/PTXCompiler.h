@@ -17,13 +17,8 @@ namespace hsnn::detail {
 struct PtxOptions {
   std::string arch = "sm_80"; ///< sm_XY
   int optLevel = 3;
-  bool fastMath = false;      ///< Also flushes denormals (libdevice __CUDA_FTZ).
-  std::string libdevice{};    ///< Empty: libdevicePath().
+  bool fastMath = false;      ///< LLVM's fast-math flags outside the math library's functions.
 };
-
-/// The libdevice bitcode: $HSNN_LIBDEVICE, else the one found at configure
-/// time, else /usr/local/cuda/nvvm/libdevice/libdevice.10.bc.
-std::string libdevicePath();
 
 /// The newest architecture this LLVM's NVPTX backend knows that a device of
 /// compute capability major.minor runs: sm_XY itself when known, else the
@@ -31,16 +26,15 @@ std::string libdevicePath();
 /// the newer device).
 Expected<std::string> ptxArchFor(int ccMajor, int ccMinor);
 
-/// What identifies the PTX generator in cache keys: LLVM's version and the
-/// libdevice file (path, size, modification time).
+/// What identifies the PTX generator in cache keys: LLVM's version (the math
+/// library is hsnn's, so the format keys cover it).
 std::string ptxGeneratorId();
 
 /// The ISA version a PTX text declares (".version 7.8" -> 78), 0 if none.
 int ptxIsaVersion(std::string_view ptx);
 
-/// PTX text for the kernels of `spec` (KernelSpec.h; the same tapes and
-/// element lowering as the CPU), with the libdevice functions they call
-/// linked in.
+/// PTX text for the kernels of `spec` (KernelSpec.h; the same tapes, element
+/// lowering and math library as the CPU): it needs nothing but the driver.
 Expected<std::string> compilePtx(const GpuModuleSpec &spec, const PtxOptions &options, CompileStats *stats = nullptr);
 
 } // namespace hsnn::detail

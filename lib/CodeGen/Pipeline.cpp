@@ -11,6 +11,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Transforms/IPO/AlwaysInliner.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Transforms/InstCombine/InstCombine.h>
@@ -109,8 +110,12 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
     llvm::ModulePassManager mpm;
     if (ol == llvm::OptimizationLevel::O0)
       mpm = pb.buildO0DefaultPipeline(ol);
-    else
+    else {
+      // The math library's small helpers with a branch (MathTrig.cpp) are
+      // always-inline functions of their own.
+      mpm.addPass(llvm::AlwaysInlinerPass());
       mpm.addPass(llvm::createModuleToFunctionPassAdaptor(kernelPipeline(ol)));
+    }
     return mpm;
   });
   if (stats)

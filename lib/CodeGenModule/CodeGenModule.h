@@ -45,7 +45,6 @@ struct CodeGenModule {
   /// The process-wide host JIT (created on the first call).
   Expected<HostJIT *> (*hostJit)() = nullptr;
   Expected<std::string> (*ptxArchFor)(int ccMajor, int ccMinor) = nullptr;
-  /// `options.libdevice` is filled in by the caller.
   Expected<std::string> (*compilePtx)(const GpuModuleSpec &spec, const PtxOptions &options,
                                       CompileStats *stats) = nullptr;
   /// Checks the target, asks `build` for the code and compiles it.

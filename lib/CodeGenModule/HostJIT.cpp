@@ -21,6 +21,8 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
+#include <llvm/TargetParser/Triple.h>
+#include <llvm/TargetParser/X86TargetParser.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,6 +58,41 @@ private:
   llvm::orc::JITDylib &jd_;
 };
 
+/// The features of the x86 CPU LLVM calls `name` ("haswell", "znver3"),
+/// for HSNN_TARGET_CPU: kernels for an older CPU than this one (measuring
+/// AVX2 code on an AVX-512 machine). Refused where this CPU lacks one of
+/// them, since the kernels would fault.
+Expected<std::vector<std::string>> namedCpuFeatures(std::string_view name, const llvm::StringMap<bool> &host) {
+  auto refuse = [&](const std::string &why) {
+    return Error(ErrorCode::InvalidArgument, fmt::format("HSNN_TARGET_CPU='{}': {}", name, why));
+  };
+  llvm::Triple triple(llvm::sys::getProcessTriple());
+  if (!triple.isX86())
+    return refuse("only x86 CPUs can be named");
+  if (!llvm::X86::parseArchX86(name, /*Only64Bit=*/true))
+    return refuse("LLVM knows no x86-64 CPU of that name (haswell, skylake-avx512, znver3, ...)");
+  llvm::SmallVector<llvm::StringRef, 64> named;
+  llvm::X86::getFeaturesForCPU(name, named);
+  std::vector<std::string> out;
+  // Only the instruction sets compiled code can use: system features
+  // (invpcid, sgx, ...) never appear in kernels.
+  auto computes = [](llvm::StringRef f) {
+    for (const char *p : {"avx", "sse", "ssse", "fma", "f16c", "bmi", "popcnt", "lzcnt", "movbe", "adx", "aes",
+                          "pclmul", "vpclmul", "gfni", "vaes", "sha", "evex512", "cx16"})
+      if (f.starts_with(p))
+        return true;
+    return false;
+  };
+  for (llvm::StringRef f : named) {
+    auto it = host.find(f);
+    if (computes(f) && it != host.end() && !it->second)
+      return refuse(fmt::format("it has {}, which this CPU ({}) lacks", f.str(), llvm::sys::getHostCPUName().str()));
+    out.push_back("+" + f.str());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 class HostJITImpl final : public HostJIT {
 public:
   // Only what cache keys need: the target and libmvec. The JIT itself
@@ -68,11 +105,20 @@ public:
     HostTarget &t = self->target_;
     t.triple = llvm::sys::getProcessTriple();
     t.cpu = llvm::sys::getHostCPUName().str();
+    llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
     std::vector<std::string> feats;
-    for (auto &f : llvm::sys::getHostCPUFeatures()) {
-      std::string name = f.second ? "+" : "-"; // appended: "+" + string&& is a GCC 12 false -Wrestrict
-      name.append(f.first().data(), f.first().size());
-      feats.push_back(std::move(name));
+    if (const char *named = std::getenv("HSNN_TARGET_CPU"); named && *named) {
+      auto chosen = namedCpuFeatures(named, host);
+      if (!chosen)
+        return chosen.error();
+      t.cpu = named;
+      feats = std::move(*chosen);
+    } else {
+      for (auto &f : host) {
+        std::string name = f.second ? "+" : "-"; // appended: "+" + string&& is a GCC 12 false -Wrestrict
+        name.append(f.first().data(), f.first().size());
+        feats.push_back(std::move(name));
+      }
     }
     std::sort(feats.begin(), feats.end());
     for (const std::string &f : feats) {
@@ -86,6 +132,12 @@ public:
     self->features_ = feats;
 
     self->emit_.hasFMA = has("fma");
+    if (const char *math = std::getenv("HSNN_CPU_MATH"); math && *math) {
+      if (std::string_view(math) == "libmvec")
+        self->emit_.ownMath = false;
+      else if (std::string_view(math) != "hsnn")
+        return Error(ErrorCode::InvalidArgument, fmt::format("HSNN_CPU_MATH='{}' is not hsnn or libmvec", math));
+    }
     self->emit_.sumParts = true; // blocks' sums added by launchLoss
     self->emit_.cpu = t.cpu;
     self->emit_.rowShape = fixedRowShape(t.cpu);
@@ -96,6 +148,8 @@ public:
     if (self->libmvec_.isValid()) {
       self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
       t.vectorMath = "libmvec:" + self->emit_.vectorISAs;
+      if (self->emit_.hasFMA && self->emit_.ownMath)
+        t.vectorMath = "hsnn+" + t.vectorMath; // libmvec only for what hsnn's library lacks
       auto lib = self->libmvec_;
       self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {
         return lib.getAddressOfSymbol(name.c_str()) != nullptr;

@@ -1,9 +1,8 @@
 //===- lib/CodeGenModule/PTXCompiler.cpp - Kernels to PTX through NVPTX ---===//
 //
-// libdevice is parsed lazily and only the functions used are linked, then
-// everything but the kernels is internalized and optimized away (eager
-// parsing costs ~22 ms per compile, lazy ~4 ms). The nvvm-reflect-ftz flag
-// follows the IEEE default: no flush-to-zero unless fast math is asked for.
+// The kernels' math is hsnn's own library (lib/CodeGen/InlineMath.h), the
+// same IR as the CPU's, so nothing is linked: everything but the kernels is
+// internalized and optimized away. No flush-to-zero, fast math or not.
 //===----------------------------------------------------------------------===//
 #include "CodeGen/PTXCompiler.h"
 
@@ -16,25 +15,17 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
-#include <llvm/IRReader/IRReader.h>
-#include <llvm/Linker/Linker.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/SourceMgr.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Transforms/IPO/Internalize.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fmt/format.h>
 #include <mutex>
 #include <set>
-
-#ifndef HSNN_LIBDEVICE_DEFAULT
-#define HSNN_LIBDEVICE_DEFAULT "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc"
-#endif
 
 namespace hsnn::detail {
 namespace {
@@ -109,25 +100,11 @@ Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &
   emit.fastMath = options.fastMath;
   if (llvm::Error e = emitGpuKernels(*module, spec, emit))
     return Error(ErrorCode::Internal, "code generation failed: " + llvm::toString(std::move(e)));
-  module->addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", options.fastMath ? 1 : 0);
-
-  bool needsLibdevice = false;
+  // Every function is the library's: a call left to something outside the
+  // module would fail only when the driver loads the PTX, so it fails here.
   for (llvm::Function &f : *module)
-    needsLibdevice |= f.isDeclaration() && f.getName().starts_with("__nv_");
-  if (needsLibdevice) {
-    const std::string &path = options.libdevice;
-    if (!std::filesystem::exists(path))
-      return Error(ErrorCode::Unsupported,
-                   fmt::format("libdevice not found at {} (set HSNN_LIBDEVICE to libdevice.10.bc)", path));
-    llvm::SMDiagnostic diag;
-    std::unique_ptr<llvm::Module> lib = llvm::getLazyIRFileModule(path, diag, ctx);
-    if (!lib)
-      return Error(ErrorCode::Unsupported, fmt::format("cannot read libdevice {}: {}", path, diag.getMessage().str()));
-    lib->setTargetTriple(kTriple);
-    lib->setDataLayout(module->getDataLayout());
-    if (llvm::Linker::linkModules(*module, std::move(lib), llvm::Linker::Flags::LinkOnlyNeeded))
-      return Error(ErrorCode::Internal, "linking libdevice failed");
-  }
+    if (f.isDeclaration() && !f.isIntrinsic())
+      return Error(ErrorCode::Internal, fmt::format("no GPU lowering for {}", f.getName().str()));
   std::set<std::string> kernels;
   for (const GpuLayerKernel &k : spec.layers)
     kernels.insert(k.symbol);
@@ -146,17 +123,17 @@ Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &
   std::string pipelineError;
   runPasses(*module, *tm, [&](llvm::PassBuilder &pb) {
     llvm::ModulePassManager mpm;
-    // Only the kernels stay visible; libdevice's helpers inline and vanish.
+    // Only the kernels stay visible; the math library's helpers inline and vanish.
     mpm.addPass(llvm::InternalizePass([&](const llvm::GlobalValue &g) { return kernels.count(g.getName().str()) > 0; }));
     // A kernel-sized pipeline rather than O3's: the kernels are one loop of
-    // straight-line element code, and what they need is libdevice resolved
-    // (nvvm-reflect) and inlined, then cleaned up, with loop-invariant
-    // constants hoisted. It optimizes in ~7 ms where O3 took ~17 ms on the
+    // straight-line element code, and what they need is the library's
+    // helpers inlined, then cleaned up, with loop-invariant constants
+    // hoisted. It optimizes in ~7 ms where O3 took ~17 ms on the
     // bench's 256-node layer, for PTX of about the same size.
     const char *pipeline =
         options.optLevel == 0
-            ? "function(nvvm-reflect),globaldce"
-            : "function(nvvm-reflect),cgscc(inline),globaldce,function(sroa,early-cse,instcombine<no-verify-fixpoint>,"
+            ? "always-inline,globaldce"
+            : "cgscc(inline),globaldce,function(sroa,early-cse,instcombine<no-verify-fixpoint>,"
               "simplifycfg,loop-mssa(licm),gvn,instcombine<no-verify-fixpoint>,simplifycfg)";
     if (llvm::Error e = pb.parsePassPipeline(mpm, pipeline))
       pipelineError = llvm::toString(std::move(e));

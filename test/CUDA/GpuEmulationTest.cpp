@@ -6,10 +6,11 @@
 // GpuKernels.cpp emits it for NVPTX, is compiled for the host instead, with
 // the special registers and warp shuffles replaced by calls into a small
 // emulation of CUDA's thread model (one OS thread per GPU thread, a barrier
-// per warp for shuffles) and libdevice's __nv_* functions by the host's libm.
-// Results are compared with the interpreter. What this cannot check is the
-// NVPTX backend itself and libdevice's accuracy: ptxas checks the former
-// (PTXTest.cpp), a real GPU the latter (GpuTest.cpp).
+// per warp for shuffles). The math is hsnn's library, the same IR as the
+// CPU kernels', so results are compared with the CPU JIT's bit for bit
+// (with the interpreter's within a few ulp where the CPU has no FMA). What
+// this cannot check is the NVPTX backend itself: ptxas checks what it
+// emits (PTXTest.cpp), a real GPU runs it (GpuTest.cpp).
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "CPU/RequireJit.h"
@@ -29,7 +30,6 @@
 #include <cstring>
 #include <limits>
 #include <deque>
-#include <dlfcn.h>
 #include <memory>
 #include <random>
 #include <thread>
@@ -130,8 +130,7 @@ public:
       }
       g->eraseFromParent();
     }
-    // Special registers and shuffles become calls into the emulation;
-    // __nv_* math resolves to the host's libm.
+    // Special registers and shuffles become calls into the emulation.
     static const std::map<std::string, void *> kEmulated = {
         {"llvm.nvvm.read.ptx.sreg.tid.x", reinterpret_cast<void *>(&emuTidX)},
         {"llvm.nvvm.read.ptx.sreg.ntid.x", reinterpret_cast<void *>(&emuNtidX)},
@@ -154,8 +153,6 @@ public:
         address = it->second;
       else if (name.starts_with("llvm.nvvm."))
         FAIL("the emulation does not know " << name);
-      else if (name.starts_with("__nv_"))
-        address = ::dlsym(RTLD_DEFAULT, name.substr(5).c_str());
       else
         continue;
       REQUIRE_MESSAGE(address, "no host function for " << name);
