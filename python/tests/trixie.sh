@@ -99,7 +99,7 @@ in_root bash -c '
   export HSNN_CACHE_DIR=/hsnn-test/cache MPLBACKEND=Agg
   $py -c "import hsnn, hsnn._torch; print(\"hsnn\", hsnn.__version__, \"from\", hsnn.__file__, \"with hsnn._torch\")"
   $py -m pytest -q -p no:cacheprovider tests
-  # The cuda method needs only a driver (its math is hsnn's own): the stand-in one here.
+  # The cuda method needs only a driver (no toolkit, no libdevice): the stand-in one here.
   HSNN_CUDA_LIBRARY=/hsnn-test/libhsnn_fake_cuda.so HSNN_FAKE_CUDA_DEVICES=9.0 \
     $py -m pytest -q -p no:cacheprovider -rs tests/test_cuda_dlpack.py tests/test_backends.py tests/test_backend_interface.py
   $py examples/digits_mlp.py --epochs 5 | tail -n 2
