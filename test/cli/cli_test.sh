@@ -229,6 +229,16 @@ if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then
   HSNN_CODEGEN_MODULE=/nonexistent/libhsnn-codegen.so expect codegen-missing-eval 0 '0.84134474606854304' -- eval gelu --at 1
   out=$("$J" info 2>&1)
   if [[ "$out" == *$'\ncode generator: /'*'/libhsnn-codegen.so'* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL info names the module: $out"; fi
+  # HSNN_TARGET_CPU names the CPU the JIT compiles for; a name LLVM does not know, or a value of
+  # HSNN_CPU_MATH other than hsnn or libmvec, leaves cpu_jit unavailable with the reason.
+  if [ "$(uname -m)" = x86_64 ]; then
+    out=$(HSNN_TARGET_CPU=x86-64-v2 "$J" info 2>&1)
+    if [[ "$out" == *$'cpu:            x86-64-v2 (DEFAULT)\n'*$'cpu_jit:        available'* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL HSNN_TARGET_CPU: $out"; fi
+    out=$(HSNN_TARGET_CPU=pentium9 "$J" info 2>&1)
+    if [[ "$out" == *"cpu_jit:        unavailable: HSNN_TARGET_CPU='pentium9': LLVM knows no x86-64 CPU of that name (haswell, skylake-avx512, znver3, ...)"* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL HSNN_TARGET_CPU unknown: $out"; fi
+  fi
+  out=$(HSNN_CPU_MATH=fast "$J" info 2>&1)
+  if [[ "$out" == *"cpu_jit:        unavailable: HSNN_CPU_MATH='fast' is not hsnn or libmvec"* ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL HSNN_CPU_MATH: $out"; fi
   printf '#!/bin/sh\nexec sleep 37.25\n' > "$dir/stuck-ld"; chmod +x "$dir/stuck-ld"
   start=$(date +%s%N)
   HSNN_LINKER="$dir/stuck-ld" HSNN_USE_KERNEL_CACHE=1 HSNN_CACHE_DIR="$dir/cache" TMPDIR="$dir" timeout 20 "$J" bench --cache-hit-probe > /dev/null 2>&1
