@@ -16,7 +16,6 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
-#include <bit>
 #include <cstdint>
 #include <utility>
 

@@ -195,6 +195,53 @@ Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
   return {b.CreateFPTrunc(r, m.t), m.c(0), b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
 }
 
+/// {hi, lo, q} with the lanes of x past kMediumLimit reduced again by
+/// largeReduction (in double; rounded back for floats), the others kept: a
+/// function of its own, out of line and cold, so that each use of sin or cos
+/// inlines only the test and a call.
+Function *largeLanes(Module &mod, Type *t, Type *it, const std::string &name, StructType *ret) {
+  if (Function *f = mod.getFunction(name))
+    return f;
+  LLVMContext &ctx = mod.getContext();
+  Function *f = Function::Create(FunctionType::get(ret, {t, t, t, it}, false), GlobalValue::InternalLinkage, name, mod);
+  f->setDoesNotThrow();
+  f->addFnAttr(Attribute::NoInline);
+  f->addFnAttr(Attribute::Cold);
+  IRBuilder<> b(BasicBlock::Create(ctx, "entry", f));
+  MathEmitter m(b, t);
+  bool f32 = m.isF32();
+  auto *vt = dyn_cast<FixedVectorType>(t);
+  Value *x = f->getArg(0), *hi = f->getArg(1), *lo = f->getArg(2), *q = f->getArg(3);
+  Value *ax = m.fabs(x);
+  Value *large = b.CreateAnd(b.CreateFCmpOGE(ax, m.c(kMediumLimit)), b.CreateFCmpOLT(ax, m.c(HUGE_VAL)));
+  Function *one = largeReduction(mod);
+  unsigned lanes = vt ? vt->getNumElements() : 1;
+  for (unsigned l = 0; l < lanes; ++l) {
+    auto lane = [&](Value *v) { return vt ? b.CreateExtractElement(v, l) : v; };
+    auto put = [&](Value *into, Value *v) { return vt ? b.CreateInsertElement(into, v, l) : v; };
+    Value *isLarge = lane(large);
+    // Lanes not past the limit ask for a harmless input and keep Cody-Waite's answer.
+    Value *in = b.CreateSelect(isLarge, b.CreateFPExt(lane(x), b.getDoubleTy()),
+                               ConstantFP::get(b.getDoubleTy(), kMediumLimit));
+    Value *res = b.CreateCall(one, {in});
+    Value *rhi = b.CreateExtractValue(res, 0), *rlo = b.CreateExtractValue(res, 1);
+    Value *rq = b.CreateExtractValue(res, 2);
+    if (f32) {
+      rhi = b.CreateFPTrunc(b.CreateFAdd(rhi, rlo), b.getFloatTy());
+      rlo = ConstantFP::get(b.getFloatTy(), 0);
+      rq = b.CreateTrunc(rq, b.getInt32Ty());
+    }
+    hi = put(hi, b.CreateSelect(isLarge, rhi, lane(hi)));
+    lo = put(lo, b.CreateSelect(isLarge, rlo, lane(lo)));
+    q = put(q, b.CreateSelect(isLarge, rq, lane(q)));
+  }
+  Value *out = UndefValue::get(ret);
+  out = b.CreateInsertValue(out, hi, 0);
+  out = b.CreateInsertValue(out, lo, 1);
+  b.CreateRet(b.CreateInsertValue(out, q, 2));
+  return f;
+}
+
 /// x = q pi/2 + hi + lo for floats or doubles (scalar or vector): Cody-Waite,
 /// and where a lane is past kMediumLimit, that lane again through
 /// largeReduction (in double; rounded back for floats). The branch lives in
@@ -227,28 +274,9 @@ Reduced reduce(MathEmitter &m, Value *x) {
     b.CreateCondBr(any, slow, done, rare);
 
     b.SetInsertPoint(slow);
-    Function *one = largeReduction(mod);
-    Value *hi = med.hi, *lo = med.lo, *q = med.q;
-    unsigned lanes = vt ? vt->getNumElements() : 1;
-    for (unsigned l = 0; l < lanes; ++l) {
-      auto lane = [&](Value *v) { return vt ? b.CreateExtractElement(v, l) : v; };
-      auto put = [&](Value *into, Value *v) { return vt ? b.CreateInsertElement(into, v, l) : v; };
-      Value *isLarge = lane(large);
-      // Lanes not past the limit ask for a harmless input and keep Cody-Waite's answer.
-      Value *in = b.CreateSelect(isLarge, b.CreateFPExt(lane(fx), b.getDoubleTy()),
-                                 ConstantFP::get(b.getDoubleTy(), kMediumLimit));
-      Value *res = b.CreateCall(one, {in});
-      Value *rhi = b.CreateExtractValue(res, 0), *rlo = b.CreateExtractValue(res, 1);
-      Value *rq = b.CreateExtractValue(res, 2);
-      if (f32) {
-        rhi = b.CreateFPTrunc(b.CreateFAdd(rhi, rlo), b.getFloatTy());
-        rlo = ConstantFP::get(b.getFloatTy(), 0);
-        rq = b.CreateTrunc(rq, b.getInt32Ty());
-      }
-      hi = put(hi, b.CreateSelect(isLarge, rhi, lane(hi)));
-      lo = put(lo, b.CreateSelect(isLarge, rlo, lane(lo)));
-      q = put(q, b.CreateSelect(isLarge, rq, lane(q)));
-    }
+    Value *fromLanes = b.CreateCall(largeLanes(mod, t, it, name + ".lanes", ret), {fx, med.hi, med.lo, med.q});
+    Value *hi = b.CreateExtractValue(fromLanes, 0), *lo = b.CreateExtractValue(fromLanes, 1);
+    Value *q = b.CreateExtractValue(fromLanes, 2);
     b.CreateBr(done);
 
     b.SetInsertPoint(done);
