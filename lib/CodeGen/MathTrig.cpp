@@ -4,7 +4,8 @@
 // polynomials in r^2 fitted for relative error (tools/math-coefficients.py)
 // and the quadrant q mod 4 picks and signs them (fdlibm's kernels' shape:
 // cos(r) = w + ((1 - w) - r^2/2 + ...) with w = 1 - r^2/2 keeps the
-// rounding of w).
+// rounding of w). sin and cos evaluate one polynomial per lane, its
+// coefficients picked by the quadrant (tan needs both).
 // The reduction: below |x| = 2^19, Cody-Waite with pi/2 in four parts, the
 // first three of 33 bits so that k times each is exact (|k| < 2^19), the
 // differences carried in double-double: the result is good to 2^-70 of r
@@ -312,18 +313,52 @@ std::pair<Value *, Value *> sinCosKernel(MathEmitter &m, Value *hi, Value *lo) {
   return {sin, cos};
 }
 
+/// sin(r) where `useCos` is false, else cos(r), for r = hi + lo, |r| <= pi/4
+/// (lo is 0 for floats): sinCosKernel's forms with one polynomial per lane,
+/// its coefficients chosen by the lane, as
+///   sin: hi + fma(hi z, S(z), lo - hz lo),
+///   cos: w  + fma(z^2, C(z), ((1 - w) - hz) - hi lo).
+/// Floats write sin as 0 + fma(r z, S(z), r), one rounding fewer. Half the
+/// polynomial work of computing both (the kernels' time is in the FMA
+/// units).
+Value *sinOrCosKernel(MathEmitter &m, Value *hi, Value *lo, Value *useCos) {
+  bool f32 = m.isF32();
+  Value *z = m.mul(hi, hi);
+  size_t n = f32 ? std::size(kSinF32) : std::size(kSinF64);
+  static_assert(std::size(kSinF32) == std::size(kCosF32) && std::size(kSinF64) == std::size(kCosF64));
+  auto coefficient = [&](size_t i) {
+    return m.select(useCos, m.c(f32 ? kCosF32[i] : kCosF64[i]), m.c(f32 ? kSinF32[i] : kSinF64[i]));
+  };
+  Value *p = coefficient(n - 1);
+  for (size_t i = n - 1; i-- > 0;)
+    p = m.fma(p, z, coefficient(i));
+  Value *hz = m.mul(m.c(0.5), z);
+  Value *w = m.sub(m.c(1), hz);
+  Value *cosB = m.sub(m.sub(m.c(1), w), hz);
+  Value *sinA = hi, *sinB = m.fma(m.neg(hz), lo, lo);
+  if (f32) {
+    sinA = m.c(0);
+    sinB = hi;
+  } else {
+    cosB = m.sub(cosB, m.mul(hi, lo));
+  }
+  Value *mul = m.select(useCos, m.mul(z, z), m.mul(hi, z));
+  return m.add(m.select(useCos, w, sinA), m.fma(mul, p, m.select(useCos, cosB, sinB)));
+}
+
 enum class Trig { Sin, Cos, Tan };
 
 Value *trig(IRBuilder<> &b, Value *x, Trig which) {
   MathEmitter m(b, x->getType());
   auto [hi, lo, q] = reduce(m, x);
-  auto [s, c] = sinCosKernel(m, hi, lo);
   if (which == Trig::Cos)
     q = b.CreateAdd(q, m.ci(1)); // cos(x) = sin(x + pi/2)
   Value *odd = b.CreateICmpNE(b.CreateAnd(q, m.ci(1)), m.ci(0));
-  if (which == Trig::Tan)
+  if (which == Trig::Tan) {
+    auto [s, c] = sinCosKernel(m, hi, lo);
     return m.select(m.eq(x, m.c(0)), x, m.select(odd, m.neg(m.div(c, s)), m.div(s, c)));
-  Value *v = m.select(odd, c, s);
+  }
+  Value *v = sinOrCosKernel(m, hi, lo, odd);
   v = m.select(b.CreateICmpNE(b.CreateAnd(q, m.ci(2)), m.ci(0)), m.neg(v), v);
   return which == Trig::Sin ? m.select(m.eq(x, m.c(0)), x, v) : v; // sin(-0) = -0
 }

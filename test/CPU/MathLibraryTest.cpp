@@ -116,7 +116,7 @@ TEST_CASE("every function of the library is within its bound of the true value, 
                                [&](double v) { return double(f.truth((long double)v)); }, 397);
     uint64_t f64 = worstUlp(formula.c_str(), doubles(f.lo, f.hi, f.emin, f.emax),
                             [&](double v) { return f.truth((long double)v); });
-    MESSAGE(f.name << ": f32 " << f32 << " ulp, f64 " << f64 << " ulp");
+    MESSAGE(std::string(f.name) << ": f32 " << f32 << " ulp, f64 " << f64 << " ulp");
     CHECK(f32 <= f.f32Ulp);
     CHECK(f64 <= f.f64Ulp);
   }
