@@ -16,20 +16,21 @@ import mpmath as mp
 mp.mp.dps = 60
 
 
-def fit(target, lo, hi, degree, points=400, iterations=30, basis=None):
+def fit(target, lo, hi, degree, points=400, iterations=30, basis=None, scale=None):
     """Coefficients c_k (lowest first) of sum c_k basis(u)^k ~ target(u) on [lo, hi],
-    minimizing max |(poly - target)/target|."""
+    minimizing max |(poly - target)/scale| (scale: target itself unless given)."""
     us = [lo + (hi - lo) * (1 - mp.cos(mp.pi * (i + mp.mpf(0.5)) / points)) / 2 for i in range(points)]
     ys = [target(u) for u in us]
+    ss = ys if scale is None else [scale(u) for u in us]
     w = [mp.mpf(1)] * points
     coef = None
     for _ in range(iterations):
-        rows = [[(u if basis is None else basis(u)) ** k * mp.sqrt(w[i]) / ys[i] for k in range(degree + 1)]
+        rows = [[(u if basis is None else basis(u)) ** k * mp.sqrt(w[i]) / ss[i] for k in range(degree + 1)]
                 for i, u in enumerate(us)]
-        rhs = [mp.sqrt(w[i]) for i in range(points)]
+        rhs = [ys[i] * mp.sqrt(w[i]) / ss[i] for i in range(points)]
         a = mp.matrix(rows)
         coef = mp.lu_solve(a.T * a, a.T * mp.matrix(rhs))
-        err = [abs(sum(coef[k] * (u if basis is None else basis(u)) ** k for k in range(degree + 1)) / ys[i] - 1)
+        err = [abs(sum(coef[k] * (u if basis is None else basis(u)) ** k for k in range(degree + 1)) - ys[i]) / abs(ss[i])
                for i, u in enumerate(us)]
         total = sum(w[i] * err[i] for i in range(points))
         w = [w[i] * err[i] / total for i in range(points)]
@@ -48,11 +49,11 @@ def hexfloat(v, dtype):
     return f'{mantissa}p{exponent}' + ('f' if dtype == 'f32' else '')
 
 
-def report(name, coef, dtype, check):
+def report(name, coef, dtype, check, what='relative error'):
     worst = max(check(rounded(coef, dtype)))
     body = ', '.join(hexfloat(c, dtype) for c in rounded(coef, dtype))
     ctype = 'float' if dtype == 'f32' else 'double'
-    print(f'// {name}: relative error {mp.nstr(worst, 3)} (2^{mp.nstr(mp.log(worst, 2), 4)}) with the rounded coefficients')
+    print(f'// {name}: {what} {mp.nstr(worst, 3)} (2^{mp.nstr(mp.log(worst, 2), 4)}) with the rounded coefficients')
     print(f'constexpr {ctype} k{name}[] = {{{body}}};')
 
 
@@ -108,13 +109,29 @@ def cos_fit(dtype, degree):
 
 
 def erf_fit(dtype, degree, xmax):
-    # erf(x) = x (c0 + x^2 P(x^2)) for |x| <= xmax: the whole factor fitted in z = x^2.
+    # erf(x) = x + x F(x^2) for |x| <= xmax: E = erf(x)/x fitted in z = x^2
+    # for relative error, then F = E - 1 (its constant term 2/sqrt(pi) - 1
+    # keeps three more bits than E's).
     target = lambda z: mp.erf(mp.sqrt(z)) / mp.sqrt(z) if z > 0 else 2 / mp.sqrt(mp.pi)
     coef = fit(target, mp.mpf(0), mp.mpf(xmax) ** 2, degree)
+    coef[0] -= 1
 
     def check(c):
-        return [abs(poly(c, z) * mp.sqrt(z) / mp.erf(mp.sqrt(z)) - 1) for z in dense(mp.mpf(10) ** -30, mp.mpf(xmax) ** 2)]
+        return [abs((1 + poly(c, z)) * mp.sqrt(z) / mp.erf(mp.sqrt(z)) - 1)
+                for z in dense(mp.mpf(10) ** -30, mp.mpf(xmax) ** 2)]
     report(f'Erf{dtype.upper()}', coef, dtype, check)
+
+
+def erf_tail_fit(dtype, degree, lo, hi, center):
+    # erf(a) = 1 - exp(T(a)) for a in [lo, hi]: T ~ log(erfc(a)) in u = a - center,
+    # weighted by erfc(a) (an error d in T moves erf by d erfc(a)).
+    lo, hi, center = mp.mpf(lo), mp.mpf(hi), mp.mpf(center)
+    coef = fit(lambda u: mp.log(mp.erfc(u + center)), lo - center, hi - center, degree,
+               scale=lambda u: 1 / mp.erfc(u + center))
+
+    def check(c):
+        return [abs(poly(c, u) - mp.log(mp.erfc(u + center))) * mp.erfc(u + center) for u in dense(lo - center, hi - center)]
+    report(f'ErfTail{dtype.upper()}', coef, dtype, check, 'error in erf')
 
 
 def erfc_fit(dtype, degree, amax):
@@ -144,6 +161,8 @@ FITS = {
     'erf64': lambda: erf_fit('f64', 11, 0.875),
     'erf32': lambda: erf_fit('f32', 6, 0.875),
     'erfc64': lambda: erfc_fit('f64', 27, 27.3),
+    'erftail32': lambda: erf_tail_fit('f32', 6, 0.875, 4, 0.875),
+    'erftail64': lambda: erf_tail_fit('f64', 18, 0.875, 6, 0.875),
 }
 
 if __name__ == '__main__':

@@ -72,7 +72,7 @@ const double kInf = std::numeric_limits<double>::infinity(), kNaN = std::numeric
 } // namespace
 
 Value *expm1OverR(MathEmitter &m, Value *r) {
-  return m.isF32() ? m.horner(r, ArrayRef(kExpP)) : m.horner(r, ArrayRef(kExpP64));
+  return m.isF32() ? m.horner(r, ArrayRef(kExpP)) : m.hornerEvenOdd(r, ArrayRef(kExpP64));
 }
 
 Value *emitExp(IRBuilder<> &b, Value *x) {
@@ -89,7 +89,7 @@ Value *emitExpm1(IRBuilder<> &b, Value *x) {
   // Below these, expm1 rounds to -1; above them it is inf.
   x = f32 ? m.clamp(x, -18, 89) : m.clamp(x, -40, 710);
   auto [k, r] = m.reduceLn2(x);
-  Value *q = f32 ? m.horner(r, ArrayRef(kExpP).drop_front()) : m.horner(r, ArrayRef(kExpP64).drop_front());
+  Value *q = f32 ? m.horner(r, ArrayRef(kExpP).drop_front()) : m.hornerEvenOdd(r, ArrayRef(kExpP64).drop_front());
   Value *p = m.fma(m.mul(r, r), q, r);
   // 2^k - 1 is exact up to k = mantissa + 1; past a few more the -1 is
   // below half an ulp and 2^k (1 + p) is the answer.
@@ -118,13 +118,13 @@ NearOne splitNearOne(MathEmitter &m, Value *v) {
 Value *logOfSplit(MathEmitter &m, Value *k, Value *f) {
   Value *kf = m.b.CreateSIToFP(k, m.t);
   if (m.isF32()) {
-    Value *r = m.fma(m.mul(f, f), m.horner(f, ArrayRef(kLog1pQ)), f);
+    Value *r = m.fma(m.mul(f, f), m.hornerEvenOdd(f, ArrayRef(kLog1pQ)), f);
     return m.fma(kf, m.c(0x1.62e43p-1f), m.fma(kf, m.c(-0x1.05c61p-29f), r));
   }
   Value *s = m.div(f, m.add(m.c(2), f));
   Value *z = m.mul(s, s);
   Value *hfsq = m.mul(m.mul(m.c(0.5), f), f);
-  Value *rz = m.mul(z, m.horner(z, ArrayRef(kAtanhSeries)));
+  Value *rz = m.mul(z, m.hornerEvenOdd(z, ArrayRef(kAtanhSeries)));
   Value *tail = m.fma(s, m.add(hfsq, rz), m.mul(kf, m.c(0x1.ef35793c76730p-45))); // s (hfsq + R) + k ln2lo
   return m.fma(kf, m.c(0x1.62e42fefa3800p-1), m.sub(f, m.sub(hfsq, tail)));
 }

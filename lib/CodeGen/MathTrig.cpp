@@ -373,7 +373,7 @@ Value *atan2OfMagnitudes(MathEmitter &m, Value *ay, Value *ax, Value *xNegative)
   Value *shifted = m.gt(a, m.c(kTanPiOver8));
   Value *u = m.select(shifted, m.div(m.sub(a, m.c(1)), m.add(a, m.c(1))), a);
   Value *z = m.mul(u, u);
-  Value *atanU = m.add(u, m.fma(m.mul(u, z), m.horner(z, ArrayRef(kAtanF64)), m.select(shifted, m.c(kPio4Lo), m.c(0))));
+  Value *atanU = m.add(u, m.fma(m.mul(u, z), m.hornerEvenOdd(z, ArrayRef(kAtanF64)), m.select(shifted, m.c(kPio4Lo), m.c(0))));
   Value *t = m.add(m.select(shifted, m.c(kPio4Hi), m.c(0)), atanU);
   // base + sign t: atan2 = t, pi/2 - t, pi - t or pi/2 + t by quadrant.
   Value *baseHi = m.select(swap, m.c(kPio2Hi), m.select(xNegative, m.c(kPiHi), m.c(0)));

@@ -103,7 +103,7 @@ const Unary kUnary[] = {
     {"asinh", asinhl, -20, 20, -1074, 1024, 1, 2},   {"acosh", acoshl, -2, 20, 0, 1024, 1, 2},
     {"atanh", atanhl, -1, 1, -1074, 1, 1, 2},        {"atan", atanl, -20, 20, -1074, 1024, 1, 2},
     {"asin", asinl, -1, 1, -1074, 1, 1, 3},          {"acos", acosl, -1, 1, -1074, 1, 1, 2},
-    {"erf", erfl, -6, 6, -1074, 5, 2, 2},            {"erfc", erfcl, -6, 28, -1074, 5, 2, 2},
+    {"erf", erfl, -6, 6, -1074, 5, 1, 2},            {"erfc", erfcl, -6, 28, -1074, 5, 2, 2},
 };
 } // namespace
 
