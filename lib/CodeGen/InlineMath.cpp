@@ -83,22 +83,39 @@ Value *emitExp(IRBuilder<> &b, Value *x) {
   return m.scaleByPow2(m.fma(expm1OverR(m, r), r, m.c(1)), k);
 }
 
+namespace {
+/// expm1 reduced: x = k ln2 + r, expm1(r) = p (one rounding in p's last
+/// FMA).
+std::pair<Value *, Value *> expm1Reduced(MathEmitter &m, Value *x) {
+  auto [k, r] = m.reduceLn2(x);
+  Value *q = m.isF32() ? m.horner(r, ArrayRef(kExpP).drop_front()) : m.hornerEvenOdd(r, ArrayRef(kExpP64).drop_front());
+  return {k, m.fma(m.mul(r, r), q, r)};
+}
+/// 2^k (1 + p) - 1 as 2^k p + (2^k - 1), both terms exact (k <= mantissa
+/// + 1), so the one rounding is the last.
+Value *expm1Small(MathEmitter &m, Value *k, Value *p) {
+  Value *two = m.pow2(k);
+  return m.fma(two, p, m.sub(two, m.c(1)));
+}
+} // namespace
+
+Value *expm1NonPositive(MathEmitter &m, Value *x) {
+  auto [k, p] = expm1Reduced(m, x);
+  return expm1Small(m, k, p);
+}
+
 Value *emitExpm1(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   bool f32 = m.isF32();
   // Below these, expm1 rounds to -1; above them it is inf.
   x = f32 ? m.clamp(x, -18, 89) : m.clamp(x, -40, 710);
-  auto [k, r] = m.reduceLn2(x);
-  Value *q = f32 ? m.horner(r, ArrayRef(kExpP).drop_front()) : m.hornerEvenOdd(r, ArrayRef(kExpP64).drop_front());
-  Value *p = m.fma(m.mul(r, r), q, r);
+  auto [k, p] = expm1Reduced(m, x);
   // 2^k - 1 is exact up to k = mantissa + 1; past a few more the -1 is
   // below half an ulp and 2^k (1 + p) is the answer.
   int exactUpTo = int(m.mantissaBits()) + 4;
-  Value *kSmall = b.CreateSelect(b.CreateICmpSGT(k, m.ci(exactUpTo)), m.ci(exactUpTo), k);
-  Value *two = m.pow2(kSmall);
-  Value *small = m.fma(two, p, m.sub(two, m.c(1)));
-  Value *large = m.scaleByPow2(m.add(p, m.c(1)), k);
-  Value *res = m.select(b.CreateICmpSGT(k, m.ci(exactUpTo)), large, small);
+  Value *large = b.CreateICmpSGT(k, m.ci(exactUpTo));
+  Value *small = expm1Small(m, b.CreateSelect(large, m.ci(exactUpTo), k), p);
+  Value *res = m.select(large, m.scaleByPow2(m.add(p, m.c(1)), k), small);
   return m.select(m.eq(x, m.c(0)), x, res); // -0 stays -0
 }
 

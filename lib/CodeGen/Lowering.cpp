@@ -227,7 +227,9 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     Value *a = arg(0);
     Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
     Value *den = b.CreateFAdd(fp(1), e);
-    return b.CreateSelect(b.CreateFCmpOGE(a, fp(0)), b.CreateFDiv(fp(1), den), b.CreateFDiv(e, den));
+    // 1/den or e/den: the numerator picked first, so one division (the
+    // costliest instruction here) serves both.
+    return b.CreateFDiv(b.CreateSelect(b.CreateFCmpOGE(a, fp(0)), fp(1), e), den);
   }
   case Op::Pow: {
     // u**n for a constant integer n as |u|**n, u's sign put back for odd n:

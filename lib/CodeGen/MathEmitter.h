@@ -149,4 +149,9 @@ private:
 /// (InlineMath.cpp).
 llvm::Value *expm1OverR(MathEmitter &m, llvm::Value *r);
 
+/// expm1(x) for x in [-18, 0] (floats) or [-40, 0] (doubles), or NaN, as
+/// emitExpm1 computes it there but for -0 (which gives +0): without the
+/// clamps, the path for large x and the test for -0 (tanh's case).
+llvm::Value *expm1NonPositive(MathEmitter &m, llvm::Value *x);
+
 } // namespace hsnn::detail

@@ -37,8 +37,10 @@ Value *halfExpLarge(IRBuilder<> &b, MathEmitter &m, Value *a) {
 
 Value *emitTanh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
-  Value *a = m.atMost(m.fabs(x), farTail(m)); // tanh is 1 in rounding past it
-  Value *e = emitExpm1(b, m.mul(a, m.c(-2)));
+  // tanh is 1 in rounding past 9 (floats) or 19.1 (doubles); -2a stays in
+  // expm1NonPositive's range.
+  Value *a = m.atMost(m.fabs(x), m.isF32() ? 9 : 20);
+  Value *e = expm1NonPositive(m, m.mul(a, m.c(-2)));
   return m.copysign(m.div(m.neg(e), m.add(e, m.c(2))), x);
 }
 
