@@ -59,15 +59,17 @@ public:
     fn->addParamAttr(paramsArg, Attribute::ReadOnly);
 
     unsigned elemBits = unsigned(et->getPrimitiveSizeInBits().getFixedValue());
-    // Elementwise kinds run two registers' worth of lanes a step: the math
-    // library's chains of dependent FMAs are long, and two independent ones
-    // interleaved keep the FMA units busier. One thread, data in cache,
-    // AVX-512: 3-14% less time an element over exp, log, log1p, tanh,
-    // sigmoid, sin, erf, erfc and gelu, both dtypes; four registers gave
-    // 4-22% but 2.4x the W1 layer's cold compile (40 -> 97 ms; two: 56).
-    // Losses keep one register: their sums' order is a function of it.
+    // Elementwise and loss kinds run two registers' worth of lanes a step:
+    // the math library's chains of dependent FMAs are long, and two
+    // independent ones interleaved keep the FMA units busier. One thread,
+    // data in cache, AVX-512: 3-14% less time an element over exp, log,
+    // log1p, tanh, sigmoid, sin, erf, erfc and gelu, both dtypes, bce's mean
+    // 8%; four registers gave 4-22% but 2.4x the W1 layer's cold compile
+    // (40 -> 97 ms; two: 56). A sum's order is a function of the lanes
+    // (fixed per target, as before). The constant-gradient kinds, with a
+    // sum per constant and rarely hot, keep one register.
     unsigned lanes = std::max(1u, opt_.vectorBits / elemBits);
-    if (!kindInfo(r.kind).constants && !kindInfo(r.kind).summing)
+    if (!kindInfo(r.kind).constants)
       lanes *= kElementwiseRegisters;
     auto *vt = FixedVectorType::get(et, lanes);
     Align align(elemBits / 8);
