@@ -268,8 +268,12 @@ Reduced reduce(MathEmitter &m, Value *x) {
     MathEmitter fm(b, t);
     Value *fx = f->getArg(0);
     Reduced med = f32 ? reduceMediumFloat(fm, fx) : reduceMedium(fm, fx);
-    Value *ax = fm.fabs(fx);
-    Value *large = b.CreateAnd(b.CreateFCmpOGE(ax, fm.c(kMediumLimit)), b.CreateFCmpOLT(ax, fm.c(HUGE_VAL)));
+    // kMediumLimit <= |x| < inf as one unsigned compare of |x|'s bits (the
+    // integer units have room; the FMA units, which take float compares,
+    // do not).
+    Value *magnitude = b.CreateAnd(fm.bits(fx), fm.ci(f32 ? 0x7fffffff : 0x7fffffffffffffff));
+    Value *lim = fm.bits(fm.c(kMediumLimit)), *inf = fm.bits(fm.c(HUGE_VAL));
+    Value *large = b.CreateICmpULT(b.CreateSub(magnitude, lim), b.CreateSub(inf, lim));
     Value *any = vt ? b.CreateOrReduce(large) : large;
     MDNode *rare = MDBuilder(ctx).createBranchWeights(1, 1000);
     b.CreateCondBr(any, slow, done, rare);
@@ -359,8 +363,14 @@ Value *trig(IRBuilder<> &b, Value *x, Trig which) {
     return m.select(m.eq(x, m.c(0)), x, m.select(odd, m.neg(m.div(c, s)), m.div(s, c)));
   }
   Value *v = sinOrCosKernel(m, hi, lo, odd);
-  v = m.select(b.CreateICmpNE(b.CreateAnd(q, m.ci(2)), m.ci(0)), m.neg(v), v);
-  return which == Trig::Sin ? m.select(m.eq(x, m.c(0)), x, v) : v; // sin(-0) = -0
+  // Negated in quadrants 2 and 3: q's bit 1 moved to the sign (integer
+  // operations, as the test for +-0 below).
+  unsigned width = m.it->getScalarSizeInBits();
+  v = m.fromBits(b.CreateXor(m.bits(v), b.CreateShl(b.CreateAnd(q, m.ci(2)), width - 2)));
+  if (which == Trig::Cos)
+    return v;
+  Value *zero = b.CreateICmpEQ(b.CreateShl(m.bits(x), 1), m.ci(0));
+  return m.select(zero, x, v); // sin(-0) = -0
 }
 
 /// atan2(y, x) for y >= 0 given as its magnitude, x's sign as a flag: in [0, pi].
