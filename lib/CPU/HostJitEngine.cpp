@@ -13,6 +13,7 @@
 #include "CodeGenToken.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <fmt/format.h>
 #include <gnu/libc-version.h>
@@ -74,10 +75,27 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
   return k.finish();
 }
 
+// What the environment asks of the JIT's code (HostJIT.cpp reads the same
+// variables, once, when the JIT starts): read once too, at the first
+// compile. The host's fingerprint does not say it, so a linked entry is
+// keyed by it: a process asking for AVX2 code or libmvec loaded the linked
+// code another had compiled for the host and its math library.
+const std::string &jitOverrides() {
+  static const std::string overrides = [] {
+    auto env = [](const char *name) {
+      const char *v = std::getenv(name);
+      return std::string(v ? v : "");
+    };
+    return env("HSNN_TARGET_CPU") + ";" + env("HSNN_CPU_MATH");
+  }();
+  return overrides;
+}
+
 // A layer's objects linked into one shared object. Where the host is
-// identified without LLVM (HostId.h), named by that, the versions and the
-// requests, so that a hit asks LLVM nothing; else by the objects' keys.
-// Which linker made it does not matter: loads are checked.
+// identified without LLVM (HostId.h), named by that, the versions, what the
+// environment asks of the code and the requests, so that a hit asks LLVM
+// nothing; else by the objects' keys. Which linker made it does not matter:
+// loads are checked.
 std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, const JITOptions &options,
                                       size_t chunks) {
   const HostId &host = hostId();
@@ -90,6 +108,7 @@ std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, c
       .add("hsnn", HSNN_VERSION)
       .add("llvm", HostJIT::llvmVersion())
       .add("host", host.fingerprint)
+      .add("overrides", jitOverrides())
       .add("libc", ::gnu_get_libc_version()) // which vector math variants exist
       .add("objects", uint64_t(chunks))
       .add("tapes-per-object", uint64_t(kMaxTapesPerChunk));

@@ -148,13 +148,13 @@ public:
     if (self->libmvec_.isValid()) {
       self->emit_.vectorISAs = has("avx512f") ? "edb" : has("avx2") ? "db" : "b";
       t.vectorMath = "libmvec:" + self->emit_.vectorISAs;
-      if (self->emit_.hasFMA && self->emit_.ownMath)
-        t.vectorMath = "hsnn+" + t.vectorMath; // libmvec only for what hsnn's library lacks
       auto lib = self->libmvec_;
       self->emit_.hasVectorVariant = [lib](const std::string &name) mutable {
         return lib.getAddressOfSymbol(name.c_str()) != nullptr;
       };
     }
+    if (self->emit_.hasFMA && self->emit_.ownMath) // libmvec only for what hsnn's library lacks
+      t.vectorMath = "hsnn+" + t.vectorMath;
     return self;
   }
 

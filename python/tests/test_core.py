@@ -251,6 +251,40 @@ def test_progress_callback_counts_the_kernels():
     assert dones == sorted(dones) and dones[-1] == 80 and len(dones) >= 2
 
 
+def test_the_cache_keeps_apart_code_for_another_cpu_or_math_library(tmp_path):
+    # HSNN_TARGET_CPU and HSNN_CPU_MATH change the JIT's code; a cache hit
+    # (a linked entry found without LLVM) must not serve one's code to the
+    # other. Each compile in a fresh process, as the variables are read once.
+    import os
+    import subprocess
+    import sys
+    if not hsnn.runtime_info()["cpu_jit_enabled"]:
+        pytest.skip("cpu_jit unavailable")
+    script = ("import hsnn\n"
+              "from hsnn import _core\n"
+              "layer = hsnn.ActivationLayer(['gelu', ('sin(num)*alpha', {'alpha': 2.0})], method='cpu_jit')\n"
+              "_core.flush_kernel_cache()\n"
+              "print(layer.compile_info()['cache_hit'], layer.method)\n")
+
+    def compile_in_child(**env):
+        child = dict(os.environ, HSNN_CACHE_DIR=str(tmp_path), **env)
+        for name in ("HSNN_TARGET_CPU", "HSNN_CPU_MATH"):
+            if name not in env:
+                child.pop(name, None)
+        out = subprocess.run([sys.executable, "-c", script], env=child, capture_output=True, text=True, check=True)
+        hit, method = out.stdout.split()
+        assert method == "cpu_jit", out.stderr
+        return hit == "True"
+
+    assert not compile_in_child()
+    assert compile_in_child()
+    assert not compile_in_child(HSNN_CPU_MATH="libmvec")
+    assert compile_in_child(HSNN_CPU_MATH="libmvec")
+    assert not compile_in_child(HSNN_TARGET_CPU="x86-64-v2")
+    assert compile_in_child(HSNN_TARGET_CPU="x86-64-v2")
+    assert compile_in_child()
+
+
 def test_a_second_compile_loads_the_cached_kernels_with_the_same_results(tmp_path):
     from hsnn import _core
     if not hsnn.runtime_info()["cpu_jit_enabled"]:
