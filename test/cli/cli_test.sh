@@ -150,6 +150,15 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
   grep -q 'void good_fused(const double \*z, double \*a, double \*dfdz, int64_t batch, const double \*params);' "$dir/good.h" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL header declares good_fused"; }
   grep -q 'define.*@hub_fused' "$dir/hub.ll" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL IR defines hub_fused"; }
   grep -q '.entry hub_fused' "$dir/hub.ptx" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL PTX has hub_fused"; }
+  # Without FMA the kernels call libmvec: its variants take one register, so
+  # a kernel's two-register vectors go through two vector calls, never
+  # through the scalar function lane by lane (which took 6-30x as long).
+  if [ -e /lib/x86_64-linux-gnu/libmvec.so.1 ]; then
+    printf '%s' '{"name": "m", "nodes": [{"formula": "exp(num)"}]}' > "$dir/mvec.json"
+    "$J" compile "$dir/mvec.json" --emit llvm-ir --cpu nehalem -o "$dir/mvec.ll"
+    [ "$(grep -c 'call <4 x float> @_ZGVbN4v_expf' "$dir/mvec.ll")" -ge 2 ] && ! grep -q '@expf(' "$dir/mvec.ll" &&
+      pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL libmvec calls per register: $(grep -o '@[_A-Za-z0-9]*expf' "$dir/mvec.ll" | sort | uniq -c)"; }
+  fi
   # A number no double holds: a clear error, not an uncaught exception (exit 134).
   printf '%s' '{"name": "m", "nodes": [{"formula": "num*c", "constants": {"c": 1e999}}]}' > "$dir/huge.json"
   expect compile-huge-number 1 "hsnn-jit compile: error: $dir/huge.json: invalid JSON: number overflow parsing '1e999'" -- compile "$dir/huge.json" --emit obj -o "$dir/x.o"
