@@ -59,17 +59,16 @@ public:
     fn->addParamAttr(paramsArg, Attribute::ReadOnly);
 
     unsigned elemBits = unsigned(et->getPrimitiveSizeInBits().getFixedValue());
-    // Elementwise and loss kinds run two registers' worth of lanes a step:
-    // the math library's chains of dependent FMAs are long, and two
-    // independent ones interleaved keep the FMA units busier. One thread,
-    // data in cache, AVX-512: 3-14% less time an element over exp, log,
-    // log1p, tanh, sigmoid, sin, erf, erfc and gelu, both dtypes, bce's mean
-    // 8%; four registers gave 4-22% but 2.4x the W1 layer's cold compile
-    // (40 -> 97 ms; two: 56). A sum's order is a function of the lanes
-    // (fixed per target, as before). The constant-gradient kinds, with a
-    // sum per constant and rarely hot, keep one register.
+    // Elementwise kinds run two registers' worth of lanes a step: the math
+    // library's chains of dependent FMAs are long, and two independent ones
+    // interleaved keep the FMA units busier. One thread, data in cache,
+    // AVX-512: 3-14% less time an element over exp, log, log1p, tanh,
+    // sigmoid, sin, erf, erfc and gelu, both dtypes; four registers gave
+    // 4-22% but 2.4x the W1 layer's cold compile (40 -> 97 ms; two: 56).
+    // Losses keep one: their double sums over two registers' lanes took mse's
+    // mean from 1.95 to 3.2 ms (2^24 floats, two threads; bce's 10.2 -> 9.6).
     unsigned lanes = std::max(1u, opt_.vectorBits / elemBits);
-    if (!kindInfo(r.kind).constants)
+    if (!kindInfo(r.kind).constants && !kindInfo(r.kind).summing)
       lanes *= kElementwiseRegisters;
     auto *vt = FixedVectorType::get(et, lanes);
     Align align(elemBits / 8);
