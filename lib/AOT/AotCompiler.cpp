@@ -359,8 +359,9 @@ Expected<std::string> compileLossPtx(const std::string &name, const std::string 
                      "// {name}_{{elements,sum,gradient,fused}}(const {T} *yp, const {T} *yt, {T} *out, const double *params,\n"
                      "//     int64_t n, {T} scale, double *partials): sum and fused leave one partial per warp in\n"
                      "//     partials[(blockIdx.x * blockDim.x + threadIdx.x) / 32] (blockDim.x a multiple of 32);\n"
-                     "// {name}_add_partials(const double *partials, int64_t count, double *result): one block of 32\n"
-                     "//     threads adds them in a fixed order. default_params = {{{params}}}\n",
+                     "// {name}_add_partials(const double *partials, int64_t count, double *result): one block of\n"
+                     "//     min(1024, count rounded up to a multiple of 32) threads (any multiple of 32 up to 1024\n"
+                     "//     works) adds them in an order fixed by count and the block size. default_params = {{{params}}}\n",
                      fmt::arg("name", name), fmt::arg("arch", arch), fmt::arg("formula", print(model.groups[0].formula.expr)),
                      fmt::arg("T", T), fmt::arg("params", commaList(model.defaultParams))) +
          *ptx;

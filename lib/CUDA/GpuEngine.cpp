@@ -428,7 +428,7 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
     return 0.0;
   }
   void *sumArgs[] = {&partials, &warps, &total};
-  if (Error e = module_->launch(sumKernel_, sumArgs, 1, 1, kWarp, queue))
+  if (Error e = module_->launch(sumKernel_, sumArgs, 1, 1, sumKernelThreads(uint64_t(warps)), queue))
     return e;
   double result = 0;
   // After both kernels on their stream (the value is the host's).
@@ -482,11 +482,11 @@ Error constantGradientScratch(DeviceScratch &scratch, int dev, const void *a, co
   return copyToDevice(dev, d[1], b, bytes);
 }
 
-// Adds each segment's partials (one warp per segment) and copies the sums out.
+// Adds each segment's partials (a block per segment) and copies the sums out.
 Error sumSegments(const GpuModule &module, size_t sumKernel, int dev, CUdeviceptr d[4], int64_t warps,
                   size_t segments, double *out) {
   void *sumArgs[] = {&d[2], &warps, &d[3]};
-  if (Error e = module.launch(sumKernel, sumArgs, unsigned(segments), 1, kWarp, {}))
+  if (Error e = module.launch(sumKernel, sumArgs, unsigned(segments), 1, sumKernelThreads(uint64_t(warps)), {}))
     return e;
   return copyToHost(dev, out, d[3], segments * sizeof(double));
 }

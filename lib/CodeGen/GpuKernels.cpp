@@ -7,8 +7,8 @@
 //   go through shared-memory tiles in which a warp computes one node;
 // - loss sums are reduced without atomics: each thread sums its grid-stride
 //   share, the warp adds those with shuffles in a fixed tree, lane 0 writes
-//   one partial, and a one-warp kernel adds the partials in a fixed order.
-//   No barriers or shared memory are needed, and the bits are the same on
+//   one partial, and a block per segment adds the partials in a fixed order
+//   (its warps' totals through shared memory). The bits are the same on
 //   every run (the launch shape depends only on the kernel and n).
 //===----------------------------------------------------------------------===//
 #include "IREmitter.h"
@@ -24,7 +24,7 @@ namespace {
 
 using namespace llvm;
 
-constexpr unsigned kWarp = 32;
+constexpr unsigned kWarp = 32, kMaxWarps = 1024 / kWarp;
 /// Grid strides each thread loads ahead of the element it computes.
 constexpr unsigned kAhead = 4;
 constexpr unsigned kGlobalAddressSpace = 1; // NVPTX's global memory
@@ -338,9 +338,13 @@ public:
     return llvm::Error::success();
   }
 
-  /// SUM(partials, count, result), one warp per segment (block x): lane l
-  /// adds partials[segment*count + l], + 32, ... in order, then the warp adds
-  /// the lanes into result[segment]. A loss sum is one segment.
+  /// SUM(partials, count, result), a block per segment (block x) of any
+  /// whole number of warps up to 1024 threads (KernelSpec.h's
+  /// sumKernelThreads): thread t adds partials[segment*count + t], + ntid,
+  /// ... in order, kSumLoads loads issued before their adds (an in-order
+  /// GPU would otherwise wait out one load's latency per partial); each warp
+  /// adds its lanes in the fixed shuffle tree, warp 0 adds the warps' totals
+  /// the same way. The order depends on count and the block size alone.
   llvm::Error sum(const std::string &symbol) {
     Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
     auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, i64, ptr}, false));
@@ -348,28 +352,53 @@ public:
       return fn.takeError();
     Function *f = *fn;
     f->addParamAttr(0, Attribute::ReadOnly);
+    constexpr unsigned kSumLoads = 4;
     BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *loop = BasicBlock::Create(ctx_, "loop", f),
                *exit = BasicBlock::Create(ctx_, "exit", f);
     IRBuilder<> b(entry);
-    Value *lane = sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), *count = f->getArg(1);
-    Value *segment = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    Value *tid = sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), *ntid = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    Value *count = f->getArg(1), *segment = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
     Value *partials = b.CreateInBoundsGEP(f64, f->getArg(0), b.CreateMul(segment, count));
-    b.CreateCondBr(b.CreateICmpSLT(lane, count), loop, exit);
+    Value *last = b.CreateSub(count, b.getInt64(1)), *zero = ConstantFP::get(f64, 0.0);
+    b.CreateCondBr(b.CreateICmpSLT(tid, count), loop, exit);
+
     b.SetInsertPoint(loop);
     PHINode *k = b.CreatePHI(i64, 2, "k");
     PHINode *acc = b.CreatePHI(f64, 2, "sum");
-    k->addIncoming(lane, entry);
-    acc->addIncoming(ConstantFP::get(f64, 0.0), entry);
-    Value *accNext = b.CreateFAdd(acc, b.CreateLoad(f64, b.CreateInBoundsGEP(f64, partials, k)));
-    Value *kNext = b.CreateAdd(k, b.getInt64(kWarp));
+    k->addIncoming(tid, entry);
+    acc->addIncoming(zero, entry);
+    // Past the end: a load of the last partial (in bounds) that adds 0.
+    std::vector<Value *> in, loads;
+    for (unsigned j = 0; j < kSumLoads; ++j) {
+      Value *at = b.CreateAdd(k, b.CreateMul(ntid, b.getInt64(j)));
+      in.push_back(b.CreateICmpSLT(at, count));
+      loads.push_back(loadGlobal(b, f64, partials, b.CreateSelect(in.back(), at, last)));
+    }
+    Value *accNext = acc;
+    for (unsigned j = 0; j < kSumLoads; ++j)
+      accNext = b.CreateFAdd(accNext, b.CreateSelect(in[j], loads[j], zero));
+    Value *kNext = b.CreateAdd(k, b.CreateMul(ntid, b.getInt64(kSumLoads)));
     k->addIncoming(kNext, loop);
     acc->addIncoming(accNext, loop);
     b.CreateCondBr(b.CreateICmpSLT(kNext, count), loop, exit);
+
     b.SetInsertPoint(exit);
     PHINode *mine = b.CreatePHI(f64, 2, "mine");
-    mine->addIncoming(ConstantFP::get(f64, 0.0), entry);
+    mine->addIncoming(zero, entry);
     mine->addIncoming(accNext, loop);
-    storeWarpSum(b, f, mine, f->getArg(2), segment);
+    // Every thread reaches the shuffles and barriers below.
+    Value *lane = b.CreateAnd(tid, b.getInt64(kWarp - 1)), *warp = b.CreateLShr(tid, b.getInt64(5));
+    Value *warpTotals = sharedArray(b, symbol + ".warps", f64, kMaxWarps);
+    Value *slot = b.CreateInBoundsGEP(f64, warpTotals, warp);
+    Value *total = warpSum(b, mine);
+    guarded(b, f, b.CreateICmpEQ(lane, b.getInt64(0)), [&] { b.CreateStore(total, slot); });
+    b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {});
+    Value *warps = b.CreateLShr(ntid, b.getInt64(5));
+    guarded(b, f, b.CreateICmpEQ(warp, b.getInt64(0)), [&] {
+      Value *have = b.CreateICmpULT(lane, warps);
+      Value *v = b.CreateLoad(f64, b.CreateInBoundsGEP(f64, warpTotals, b.CreateSelect(have, lane, b.getInt64(0))));
+      storeWarpSum(b, f, b.CreateSelect(have, v, zero), f->getArg(2), segment);
+    });
     b.CreateRetVoid();
     return llvm::Error::success();
   }
@@ -540,12 +569,17 @@ private:
     return llvm::Error::success();
   }
 
-  /// A kTileRows x (kTileNodes + 1) array of t in shared memory, as a generic
-  /// pointer (the address-space inference pass turns its loads and stores
-  /// into ld/st.shared).
+  /// A kTileRows x (kTileNodes + 1) array of t in shared memory.
   Value *sharedTile(IRBuilder<> &b, const std::string &name, Type *t) {
+    return sharedArray(b, name, t, kTileRows * (kTileNodes + 1));
+  }
+
+  /// An array of `size` t in shared memory, as a generic pointer (the
+  /// address-space inference pass turns its loads and stores into
+  /// ld/st.shared).
+  Value *sharedArray(IRBuilder<> &b, const std::string &name, Type *t, unsigned size) {
     constexpr unsigned kSharedAddressSpace = 3;
-    auto *type = ArrayType::get(t, kTileRows * (kTileNodes + 1));
+    auto *type = ArrayType::get(t, size);
     auto *g = new GlobalVariable(m_, type, false, GlobalValue::InternalLinkage, UndefValue::get(type), name, nullptr,
                                  GlobalValue::NotThreadLocal, kSharedAddressSpace);
     g->setAlignment(Align(t->getPrimitiveSizeInBits() / 8));
@@ -663,11 +697,18 @@ private:
     return b.CreateBitCast(joined, b.getDoubleTy());
   }
 
-  /// Adds v across the warp (lane l gets l + 16, then + 8, ...: a fixed
-  /// tree) and has lane 0 store the total at dst[index].
-  void storeWarpSum(IRBuilder<> &b, Function *f, Value *v, Value *dst, Value *index) {
+  /// v added across the warp (lane l gets l + 16, then + 8, ...: a fixed
+  /// tree); lane 0 holds the total.
+  Value *warpSum(IRBuilder<> &b, Value *v) {
     for (unsigned delta = kWarp / 2; delta > 0; delta /= 2)
       v = b.CreateFAdd(v, shuffleDown(b, v, delta));
+    return v;
+  }
+
+  /// Adds v across the warp (warpSum) and has lane 0 store the total at
+  /// dst[index].
+  void storeWarpSum(IRBuilder<> &b, Function *f, Value *v, Value *dst, Value *index) {
+    v = warpSum(b, v);
     BasicBlock *store = BasicBlock::Create(ctx_, "lane0", f), *done = BasicBlock::Create(ctx_, "done", f);
     Value *lane = b.CreateAnd(sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), b.getInt64(kWarp - 1));
     b.CreateCondBr(b.CreateICmpEQ(lane, b.getInt64(0)), store, done);

@@ -116,14 +116,25 @@ struct GpuLayerKernel {
 ///               int64_t n, T scale, double *partials)
 /// The summing kinds leave one partial sum per warp, in
 /// partials[global thread / 32], each added across its warp in a fixed tree
-/// order; `sumKernel`, launched as a single warp,
+/// order; `sumKernel`,
 ///   void SUM(const double *partials, int64_t count, double *result)
-/// adds those in a fixed order too: the same input gives the same bits.
+/// launched with a block of sumKernelThreads(count) threads per segment
+/// (blockIdx.x; segment s adds partials[s*count .. s*count + count)), adds
+/// those in an order fixed by count alone: the same input gives the same bits.
 struct GpuModuleSpec {
   std::vector<GpuLayerKernel> layers;
   std::vector<KernelRequest> losses;
   std::string sumKernel; ///< Empty: none.
 };
+
+/// The block size SUM is launched with for `count` partials a segment: a
+/// thread for every partial up to 1024 (whole warps). One warp, as before,
+/// added a loss's ~8000 partials (an H200 full of blocks) one dependent load
+/// after another, ~260 loads at L2 latency: ~40 us, as long as the loss
+/// kernel itself over 2^24 floats.
+inline constexpr unsigned sumKernelThreads(uint64_t count) {
+  return unsigned(count >= 1024 ? 1024 : count <= 32 ? 32 : (count + 31) / 32 * 32);
+}
 
 /// Ahead-of-time entry points of a layer (see hsnn/AOT.h for the C ABI).
 struct LayerEntryPoints {

@@ -348,7 +348,7 @@ TEST_CASE("layers with more nodes than grid.y holds launch in chunks") {
   CHECK(fake.launches() == "hsnn_layer_forward 1,65535 256;hsnn_layer_forward 1,4465 256;");
 }
 
-TEST_CASE("cuda losses reduce on the device: one launch, then one warp adds the partials") {
+TEST_CASE("cuda losses reduce on the device: one launch, then a block of a thread per partial adds them") {
   Fake fake;
   if (!cudaMethodAvailable())
     return;
@@ -368,11 +368,12 @@ TEST_CASE("cuda losses reduce on the device: one launch, then one warp adds the 
   CHECK(fake.launches() == "hsnn_loss_gradient 4,1 256;");
   fake.clearLaunches();
   REQUIRE_OK_EXPECTED(loss->fused({yp.data(), 100000}, {yt.data(), 100000}, {g.data(), 100000}));
-  // 100000 elements: 391 blocks wanted, 8 fill the device.
-  CHECK(fake.launches() == "hsnn_loss_fused 8,1 256;hsnn_loss_add_partials 1,1 32;");
+  // 100000 elements: 391 blocks wanted, 8 fill the device; their 64 warps'
+  // partials are added by 64 threads.
+  CHECK(fake.launches() == "hsnn_loss_fused 8,1 256;hsnn_loss_add_partials 1,1 64;");
 }
 
-TEST_CASE("cuda constant gradients reduce on the device: a kernel built at first use, then one warp per sum") {
+TEST_CASE("cuda constant gradients reduce on the device: a kernel built at first use, then a block per sum") {
   Fake fake;
   if (!cudaMethodAvailable())
     return;

@@ -27,6 +27,7 @@
 #include <llvm/Support/TargetSelect.h>
 
 #include <barrier>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <deque>
@@ -365,7 +366,8 @@ template <class T> void compareConstantGradient(Layout layout) {
   for (double p : partials)
     CHECK(p != -1.0); // every warp wrote every partial, zeros for formulas with fewer constants
   auto *add = module.kernel<SumKernel>("add");
-  launch(unsigned(nodes.size() * K), 1, 32, [&] { add(partials.data(), int64_t(warpsPerNode), sums.data()); });
+  launch(unsigned(nodes.size() * K), 1, detail::sumKernelThreads(warpsPerNode),
+         [&] { add(partials.data(), int64_t(warpsPerNode), sums.data()); });
 
   std::vector<double> want(model.defaultParams.size());
   REQUIRE_OK(ref.constantGradients(z, err, want, batch));
@@ -408,7 +410,7 @@ template <class T> void compareLossConstantGradient(const char *name) {
   for (double p : partials)
     CHECK(p != -1.0);
   auto *add = module.kernel<SumKernel>("add");
-  launch(unsigned(K), 1, 32, [&] { add(partials.data(), 6, sums.data()); });
+  launch(unsigned(K), 1, detail::sumKernelThreads(6), [&] { add(partials.data(), 6, sums.data()); });
   std::vector<double> want(K);
   REQUIRE_OK(ref.constantGradients(yp, yt, want));
   CHECK(sums[0] == doctest::Approx(want[0]).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-12));
@@ -445,7 +447,7 @@ template <class T> void compareLoss(const char *name) {
     auto *k = module.kernel<LossKernel<T>>("loss" + std::to_string(kind));
     launch(3, 1, 64, [&] { k(yp.data(), yt.data(), out.data(), params.data(), n, scale, partials.data()); });
     auto *add = module.kernel<SumKernel>("add");
-    launch(1, 1, 32, [&] { add(partials.data(), int64_t(partials.size()), total.data()); });
+    launch(1, 1, detail::sumKernelThreads(partials.size()), [&] { add(partials.data(), int64_t(partials.size()), total.data()); });
     return total[0];
   };
   double s = sum(1, T(1));
@@ -661,4 +663,57 @@ TEST_CASE("GPU loss kernels, emulated on CPU threads, reduce through warp shuffl
     compareLoss<float>(name);
     compareLoss<double>(name);
   }
+}
+
+// The order SUM adds a segment's partials in (GpuKernels.cpp), for a block
+// of `threads`: each thread its strided share in index order, each warp its
+// lanes in the shuffle tree, warp 0 the warps' totals the same way.
+double sumInKernelOrder(const double *p, size_t count, unsigned threads) {
+  auto tree = [](std::vector<double> v) { // lane l += lane l + delta; lane 0's result
+    for (unsigned delta = 16; delta > 0; delta /= 2)
+      for (unsigned l = 0; l + delta < 32; ++l)
+        v[l] = v[l] + v[l + delta];
+    return v[0];
+  };
+  std::vector<double> warpTotals(32, 0.0);
+  for (unsigned w = 0; w < threads / 32; ++w) {
+    std::vector<double> lanes(32, 0.0);
+    for (unsigned l = 0; l < 32; ++l)
+      for (size_t k = w * 32 + l; k < count; k += threads)
+        lanes[l] += p[k];
+    warpTotals[w] = tree(lanes);
+  }
+  return tree(warpTotals);
+}
+
+TEST_CASE("the GPU's partial-sum kernel adds every partial of each segment in the order its block size fixes") {
+  detail::GpuModuleSpec spec;
+  spec.sumKernel = "add";
+  EmulatedModule module(spec);
+  auto *add = module.kernel<SumKernel>("add");
+  std::mt19937_64 rng(37);
+  std::uniform_real_distribution<double> mantissa(-1, 1), exponent(-30, 30);
+  for (size_t count : {1, 5, 32, 33, 1000, 1024, 1025, 5000, 8448}) {
+    const size_t segments = 2;
+    std::vector<double> partials(segments * count);
+    for (double &p : partials) // magnitudes 2^-30..2^30: the order changes the rounding
+      p = mantissa(rng) * std::exp2(exponent(rng));
+    for (unsigned threads : {32u, 96u, detail::sumKernelThreads(count)}) {
+      CAPTURE(count);
+      CAPTURE(threads);
+      std::vector<double> sums(segments, -1.0);
+      launch(unsigned(segments), 1, threads, [&] { add(partials.data(), int64_t(count), sums.data()); });
+      for (size_t s = 0; s < segments; ++s) {
+        const double *p = partials.data() + s * count;
+        CHECK(sums[s] == sumInKernelOrder(p, count, threads));
+        long double exact = 0, magnitude = 0;
+        for (size_t k = 0; k < count; ++k)
+          exact += p[k], magnitude += std::fabs(p[k]);
+        CHECK(std::fabs(sums[s] - double(exact)) <= 1e-13 * double(magnitude));
+      }
+    }
+  }
+  CHECK(detail::sumKernelThreads(1) == 32);
+  CHECK(detail::sumKernelThreads(33) == 64);
+  CHECK(detail::sumKernelThreads(8448) == 1024);
 }
