@@ -1,10 +1,11 @@
 //===- lib/CodeGen/GpuKernels.cpp - Layer and loss kernels for NVPTX ------===//
 //
 // The same element lowering as the CPU loops, wrapped for the GPU:
-// - a layer is one launch whatever its node count; each element looks up its
-//   node's program and constants through a switch that is uniform per warp:
-//   in nodes-major the y grid dimension is the node, and batch-major layers
-//   go through shared-memory tiles in which a warp computes one node;
+// - a layer is one launch whatever its node count, its node's program and
+//   constants picked through a switch that is uniform per warp: in
+//   nodes-major the y grid dimension is the node (looked up once per block,
+//   a loop per formula), and batch-major layers go through shared-memory
+//   tiles in which a warp computes one node;
 // - loss sums are reduced without atomics: each thread sums its grid-stride
 //   share, the warp adds those with shuffles in a fixed tree, lane 0 writes
 //   one partial, and a block per segment adds the partials in a fixed order
@@ -113,6 +114,12 @@ class GpuKernelBuilder {
 public:
   GpuKernelBuilder(Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o), lowering_(m, o) {}
 
+  /// A nodes-major layer: the y grid dimension is the node, so its formula
+  /// and constants are the block's: looked up once, before a loop per unit
+  /// (the formula switch unswitched), in which the x threads stride over the
+  /// node's batch elements. In the loop the unit's lookup and its constants'
+  /// loads and conversions had cost each element a load, a compare and a
+  /// branch, and one load (with a cvt for floats) per constant.
   llvm::Error layer(const GpuLayerKernel &k) {
     if (k.layout == Layout::BatchMajor)
       return batchMajorLayer(k);
@@ -123,41 +130,49 @@ public:
     Function *f = *fn;
     Value *batch = f->getArg(7), *firstNode = f->getArg(9);
 
-    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *pre = BasicBlock::Create(ctx_, "preheader", f),
-               *loop = BasicBlock::Create(ctx_, "loop", f), *latch = BasicBlock::Create(ctx_, "latch", f),
+    BasicBlock *entry = BasicBlock::Create(ctx_, "entry", f), *dispatch = BasicBlock::Create(ctx_, "dispatch", f),
                *exit = BasicBlock::Create(ctx_, "exit", f);
     IRBuilder<> b(entry);
     if (opt_.fastMath)
       b.setFastMathFlags(FastMathFlags::getFast());
     auto [start, step] = gridStride(b);
-    // Nodes-major: the y grid dimension is the node, so the formula switch
-    // is uniform per block; element i of the loop is at the node's row + i.
     Value *node = b.CreateAdd(firstNode, sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_y));
     Value *base = b.CreateMul(node, batch);
-    b.CreateCondBr(b.CreateICmpSLT(start, batch), pre, exit);
+    b.CreateCondBr(b.CreateICmpSLT(start, batch), dispatch, exit);
 
-    b.SetInsertPoint(pre);
-    std::vector<Value *> inputs = {f->getArg(0)};
-    if (k.kind == KernelKind::Backward)
-      inputs.push_back(f->getArg(1));
-    LoadAhead ahead(b, t, inputs, base, start, step, batch);
-    b.CreateBr(loop);
+    b.SetInsertPoint(dispatch);
+    auto [unit, params] = nodeUnit(b, f, node);
+    SwitchInst *sw = b.CreateSwitch(unit, exit, unsigned(k.units.size()));
+    for (size_t u = 0; u < k.units.size(); ++u) {
+      BasicBlock *pre = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, exit),
+                 *loop = BasicBlock::Create(ctx_, "loop", f, exit), *latch = BasicBlock::Create(ctx_, "latch", f, exit);
+      sw->addCase(b.getInt32(uint32_t(u)), pre);
+      b.SetInsertPoint(pre);
+      std::vector<Value *> constants;
+      lowering_.constants(b, *k.units[u], params, t, constants);
+      std::vector<Value *> inputs = {f->getArg(0)};
+      if (k.kind == KernelKind::Backward)
+        inputs.push_back(f->getArg(1));
+      LoadAhead ahead(b, t, inputs, base, start, step, batch);
+      b.CreateBr(loop);
 
-    b.SetInsertPoint(loop);
-    PHINode *i = b.CreatePHI(i64, 2, "i");
-    i->addIncoming(start, pre);
-    std::vector<Value *> current = ahead.enter(b, i);
-    ElementIO io{f, b.CreateAdd(base, i), t, 0};
-    for (size_t a = 0; a < current.size(); ++a)
-      io.preloaded[a] = current[a];
-    if (llvm::Error e = nodeFormula(b, f, k, node, io, latch))
-      return e;
+      b.SetInsertPoint(loop);
+      PHINode *i = b.CreatePHI(i64, 2, "i");
+      i->addIncoming(start, pre);
+      std::vector<Value *> current = ahead.enter(b, i);
+      ElementIO io{f, b.CreateAdd(base, i), t, 0};
+      for (size_t a = 0; a < current.size(); ++a)
+        io.preloaded[a] = current[a];
+      if (auto r = lowering_.element(b, k.kind, *k.units[u], constants, io, nullptr); !r)
+        return r.takeError();
+      b.CreateBr(latch);
 
-    b.SetInsertPoint(latch);
-    Value *next = b.CreateAdd(i, step, "i.next", true, true);
-    i->addIncoming(next, latch);
-    ahead.close(latch);
-    b.CreateCondBr(b.CreateICmpSLT(next, batch), loop, exit);
+      b.SetInsertPoint(latch);
+      Value *next = b.CreateAdd(i, step, "i.next", true, true);
+      i->addIncoming(next, latch);
+      ahead.close(latch);
+      b.CreateCondBr(b.CreateICmpSLT(next, batch), loop, exit);
+    }
     b.SetInsertPoint(exit);
     b.CreateRetVoid();
     return llvm::Error::success();
@@ -551,10 +566,7 @@ private:
   /// then a switch over the kernel's units, every case branching to `done`.
   llvm::Error nodeFormula(IRBuilder<> &b, Function *f, const GpuLayerKernel &k, Value *node, ElementIO &io,
                           BasicBlock *done) {
-    Type *i64 = b.getInt64Ty();
-    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
-    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
-    Value *params = b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset);
+    auto [unit, params] = nodeUnit(b, f, node);
     SwitchInst *sw = b.CreateSwitch(unit, done, unsigned(k.units.size()));
     for (size_t u = 0; u < k.units.size(); ++u) {
       BasicBlock *body = BasicBlock::Create(ctx_, "unit" + std::to_string(u), f, done);
@@ -567,6 +579,15 @@ private:
       b.CreateBr(done);
     }
     return llvm::Error::success();
+  }
+
+  /// A layer node's unit (its formula's index in the kernel) and where its
+  /// constants start in params.
+  std::pair<Value *, Value *> nodeUnit(IRBuilder<> &b, Function *f, Value *node) {
+    Type *i64 = b.getInt64Ty();
+    Value *unit = b.CreateLoad(b.getInt32Ty(), b.CreateInBoundsGEP(b.getInt32Ty(), f->getArg(5), node), "unit");
+    Value *offset = b.CreateLoad(i64, b.CreateInBoundsGEP(i64, f->getArg(6), node), "offset");
+    return {unit, b.CreateInBoundsGEP(b.getDoubleTy(), f->getArg(4), offset)};
   }
 
   /// A kTileRows x (kTileNodes + 1) array of t in shared memory.
