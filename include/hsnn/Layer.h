@@ -314,6 +314,16 @@ public:
                                       const DeviceBuffer &out) const;
   [[nodiscard]] Error gradient(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad) const;
   Expected<double> fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad) const;
+  /// forward and fused with the reduced loss left in `value` (a buffer of
+  /// one element of the loss's dtype, in the same memory) instead of
+  /// returned: with Method::Cuda nothing waits for the device (the caller's
+  /// StreamScope orders the work, as for the layers' buffer calls), so a
+  /// training step stays on its stream. The value has the bits the
+  /// returning overloads give, converted to the dtype. Reduction::None has
+  /// no reduced loss: an error.
+  [[nodiscard]] Error forward(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &value) const;
+  [[nodiscard]] Error fused(const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer &grad,
+                            const DeviceBuffer &value) const;
 
   /// As ActivationLayer::setGpuId.
   [[nodiscard]] Error setGpuId(int id);

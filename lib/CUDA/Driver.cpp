@@ -73,6 +73,9 @@ Expected<const CudaDriver *> CudaDriver::get() {
     if (!(resolve(lib, "cuLinkCreate_v2", d.cuLinkCreate) && resolve(lib, "cuLinkAddData_v2", d.cuLinkAddData) &&
           resolve(lib, "cuLinkComplete", d.cuLinkComplete) && resolve(lib, "cuLinkDestroy", d.cuLinkDestroy)))
       d.cuLinkCreate = nullptr;
+    // So is the stream-ordered allocator (CUDA 11.2).
+    if (!(resolve(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && resolve(lib, "cuMemFreeAsync", d.cuMemFreeAsync)))
+      d.cuMemAllocAsync = nullptr, d.cuMemFreeAsync = nullptr;
     d.library = name;
     if (!ok) {
       failure = Error(ErrorCode::Unsupported, fmt::format("driver too old: {} lacks a required entry point", name));

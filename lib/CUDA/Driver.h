@@ -67,6 +67,9 @@ struct CudaDriver {
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
+  // Stream-ordered allocation (optional: CUDA 11.2 on).
+  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) = nullptr;
+  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream) = nullptr;
   // PTX to cubin (optional: without them the cache keeps PTX).
   CUresult (*cuLinkCreate)(unsigned, int *, void **, CUlinkState *) = nullptr;
   CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **) = nullptr;

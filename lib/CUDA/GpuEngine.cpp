@@ -69,7 +69,7 @@ CacheKey moduleKey(const GpuModuleSpec &spec, const GpuBuildOptions &options, co
   }
   for (const KernelRequest &r : spec.losses)
     k.add("loss", r.symbol).add("kind", kindName(r.kind)).add("dtype", to_string(r.dtype)).add("tape", r.program->fingerprint());
-  return k.add("sum", spec.sumKernel).finish();
+  return k.add("sum", spec.sumKernel).add("value", spec.valueKernel).finish();
 }
 #endif
 
@@ -225,6 +225,11 @@ public:
     }
     spec.sumKernel = "hsnn_loss_add_partials";
     names.push_back(spec.sumKernel);
+    if (!constantGradient) {
+      spec.valueKernel = "hsnn_loss_value";
+      spec.valueType = model.options.dtype;
+      names.push_back(spec.valueKernel);
+    }
     auto g = std::make_unique<GpuLoss>();
     g->sumKernel_ = kinds.size();
     g->description_ = model.describe(fmt::format("cuda {}", device), kinds);
@@ -248,6 +253,14 @@ public:
     std::lock_guard lock(scratchMutex_);
     return runLocked(kind, yp, yt, out, scale, n, params, queue);
   }
+  /// A summing kind whose result stays on the device: value[0] = T(sum /
+  /// divisor), queued on `queue` with nothing waited for. The partial sums
+  /// then come from the driver's stream-ordered allocator, so calls on
+  /// other streams cannot overwrite them while the kernels wait in line;
+  /// a driver without it (before CUDA 11.2) gets the loss's own scratch and
+  /// the call waits for its stream.
+  Error runToDevice(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
+                    CUdeviceptr params, Queue queue, CUdeviceptr value, double divisor) const;
   /// The same on host arrays (copied to the device and back).
   Expected<double> runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
                            CUdeviceptr params) const;
@@ -259,7 +272,18 @@ public:
 private:
   Expected<double> runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
                              CUdeviceptr params, Queue queue = {}) const;
-  size_t sumKernel_ = kLossKinds.size();
+  /// The loss kernel's launch shape for n elements, and its warps (one
+  /// partial sum each).
+  struct Shape {
+    unsigned grid, block;
+    int64_t warps;
+  };
+  Shape shape(size_t kernel, size_t n) const {
+    uint64_t block = module_->blockSize(kernel);
+    uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(kernel));
+    return {unsigned(grid), unsigned(block), int64_t(grid * block / kWarp)};
+  }
+  size_t sumKernel_ = kLossKinds.size(); // then the value kernel
   // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
   // one loss take turns.
   mutable std::mutex scratchMutex_;
@@ -410,9 +434,7 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
   if (n == 0)
     return 0.0;
   size_t k = groupIndex(kind);
-  uint64_t block = module_->blockSize(k);
-  uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(k));
-  int64_t warps = int64_t(grid * block / kWarp);
+  auto [grid, block, warps] = shape(k, n);
   auto scratch = scratch_.get(device(), 0, (size_t(warps) + 1) * sizeof(double)); // partials, then the total
   if (!scratch)
     return scratch.takeError();
@@ -420,7 +442,7 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
   int64_t count = int64_t(n);
   float scale32 = float(scale);
   void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
-  if (Error e = module_->launch(k, args, unsigned(grid), 1, unsigned(block), queue))
+  if (Error e = module_->launch(k, args, grid, 1, block, queue))
     return e;
   if (!kindInfo(kind).summing) {
     if (Error e = module_->finish(queue))
@@ -435,6 +457,59 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
   if (Error e = module_->toHost(&result, total, sizeof result, queue))
     return e;
   return result;
+}
+
+Error GpuLoss::runToDevice(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, double scale, size_t n,
+                           CUdeviceptr prm, Queue queue, CUdeviceptr value, double divisor) const {
+  if (!kindInfo(kind).summing)
+    return Error(ErrorCode::Internal, "runToDevice is for summing kinds");
+  auto d = driverAt(device());
+  if (!d)
+    return d.error();
+  const CudaDriver &driver = **d;
+  if (n == 0) { // a sum of nothing: the value kernel alone writes its 0
+    CUdeviceptr none = 0;
+    int64_t zero = 0;
+    void *valueArgs[] = {&none, &zero, &value, &divisor};
+    if (Error e = module_->launch(sumKernel_ + 1, valueArgs, 1, 1, sumKernelThreads(0), queue))
+      return e;
+    return module_->finish(queue);
+  }
+  size_t k = groupIndex(kind);
+  auto [grid, block, warps] = shape(k, n);
+  size_t bytes = size_t(warps) * sizeof(double);
+  std::unique_lock lock(scratchMutex_, std::defer_lock);
+  CUdeviceptr partials = 0;
+  // (The version, not only the symbols: a driver reports what it supports.)
+  bool streamOrdered = queue && driver.cuMemAllocAsync && driver.cuMemFreeAsync && driver.driverVersion >= 11020;
+  if (streamOrdered) {
+    if (CUresult r = driver.cuMemAllocAsync(&partials, bytes, *queue))
+      return Error(ErrorCode::Unsupported, fmt::format("cuMemAllocAsync of {} bytes on cuda:{} failed: {}", bytes,
+                                                       device(), driver.errorString(r)));
+  } else {
+    lock.lock();
+    auto scratch = scratch_.get(device(), 0, bytes);
+    if (!scratch)
+      return scratch.takeError();
+    partials = *scratch;
+  }
+  int64_t count = int64_t(n);
+  float scale32 = float(scale);
+  void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
+  void *valueArgs[] = {&partials, &warps, &value, &divisor};
+  Error e = module_->launch(k, args, grid, 1, block, queue);
+  if (!e)
+    e = module_->launch(sumKernel_ + 1, valueArgs, 1, 1, sumKernelThreads(uint64_t(warps)), queue);
+  if (streamOrdered) {
+    // Freed in stream order, after the kernels, even when a launch failed.
+    if (CUresult r = driver.cuMemFreeAsync(partials, *queue); r && !e)
+      e = Error(ErrorCode::Internal, fmt::format("cuMemFreeAsync on cuda:{} failed: {}", device(), driver.errorString(r)));
+    return e;
+  }
+  if (e)
+    return e;
+  // The shared scratch is free again only once the kernels ran.
+  return module_->wait(queue);
 }
 
 Expected<double> GpuLoss::runHost(KernelKind kind, const void *yp, const void *yt, void *out, double scale, size_t n,
@@ -642,6 +717,12 @@ public:
     auto queue = currentQueue(device_);
     if (!queue)
       return queue.takeError();
+    if (a.value) {
+      if (Error e = loss_->runToDevice(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm, *queue,
+                                       ptr(a.value), a.divisor))
+        return e;
+      return 0.0;
+    }
     return loss_->run(kind, ptr(a.yPred), ptr(a.yTrue), ptr(a.out), a.scale, a.n, prm, *queue);
   }
 

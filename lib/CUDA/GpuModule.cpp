@@ -190,6 +190,17 @@ Error GpuModule::finish(Queue queue) const {
   return Error::success();
 }
 
+Error GpuModule::wait(Queue queue) const {
+  if (!queue)
+    return finish(queue);
+  auto d = driverAt(device_);
+  if (!d)
+    return d.error();
+  if (CUresult r = (*d)->cuStreamSynchronize(*queue))
+    return failed(**d, "cuStreamSynchronize", device_, r);
+  return Error::success();
+}
+
 Error GpuModule::toHost(void *dst, CUdeviceptr src, size_t bytes, Queue queue) const {
   auto d = driverAt(device_);
   if (!d)

@@ -99,6 +99,8 @@ public:
   /// The end of a call: waits for the device when unscoped; a scoped call
   /// returns with its kernels queued.
   Error finish(Queue queue) const;
+  /// Waits for the work queued so far: the queue's stream, or the device.
+  Error wait(Queue queue) const;
   /// Copies device memory to the host after the work queued before it.
   Error toHost(void *dst, CUdeviceptr src, size_t bytes, Queue queue) const;
 

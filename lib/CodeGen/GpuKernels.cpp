@@ -360,9 +360,14 @@ public:
   /// GPU would otherwise wait out one load's latency per partial); each warp
   /// adds its lanes in the fixed shuffle tree, warp 0 adds the warps' totals
   /// the same way. The order depends on count and the block size alone.
-  llvm::Error sum(const std::string &symbol) {
+  /// With a valueType, VALUE (KernelSpec.h): the total divided by the 4th
+  /// argument, converted and stored at value[0].
+  llvm::Error sum(const std::string &symbol, Type *valueType = nullptr) {
     Type *ptr = PointerType::getUnqual(ctx_), *i64 = Type::getInt64Ty(ctx_), *f64 = Type::getDoubleTy(ctx_);
-    auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), {ptr, i64, ptr}, false));
+    std::vector<Type *> params = {ptr, i64, ptr};
+    if (valueType)
+      params.push_back(f64);
+    auto fn = kernel(symbol, FunctionType::get(Type::getVoidTy(ctx_), params, false));
     if (!fn)
       return fn.takeError();
     Function *f = *fn;
@@ -412,7 +417,15 @@ public:
     guarded(b, f, b.CreateICmpEQ(warp, b.getInt64(0)), [&] {
       Value *have = b.CreateICmpULT(lane, warps);
       Value *v = b.CreateLoad(f64, b.CreateInBoundsGEP(f64, warpTotals, b.CreateSelect(have, lane, b.getInt64(0))));
-      storeWarpSum(b, f, b.CreateSelect(have, v, zero), f->getArg(2), segment);
+      Value *all = warpSum(b, b.CreateSelect(have, v, zero));
+      guarded(b, f, b.CreateICmpEQ(lane, b.getInt64(0)), [&] {
+        if (!valueType) {
+          b.CreateStore(all, b.CreateInBoundsGEP(f64, f->getArg(2), segment));
+          return;
+        }
+        Value *value = b.CreateFDiv(all, f->getArg(3));
+        b.CreateStore(valueType == f64 ? value : b.CreateFPTrunc(value, valueType), f->getArg(2));
+      });
     });
     b.CreateRetVoid();
     return llvm::Error::success();
@@ -763,6 +776,11 @@ llvm::Error emitGpuKernels(Module &module, const GpuModuleSpec &spec, const Emit
   if (!spec.sumKernel.empty())
     if (llvm::Error e = kb.sum(spec.sumKernel))
       return e;
+  if (!spec.valueKernel.empty()) {
+    Type *t = spec.valueType == DType::F32 ? Type::getFloatTy(module.getContext()) : Type::getDoubleTy(module.getContext());
+    if (llvm::Error e = kb.sum(spec.valueKernel, t))
+      return e;
+  }
   return llvm::Error::success();
 }
 

@@ -121,10 +121,17 @@ struct GpuLayerKernel {
 /// launched with a block of sumKernelThreads(count) threads per segment
 /// (blockIdx.x; segment s adds partials[s*count .. s*count + count)), adds
 /// those in an order fixed by count alone: the same input gives the same bits.
+/// `valueKernel`, SUM's twin for a loss whose value stays on the device,
+///   void VALUE(const double *partials, int64_t count, T *value, double divisor)
+/// (one block of sumKernelThreads(count)) adds them in the same order and
+/// stores T(sum / divisor) at value[0]: the bits the host gets from SUM's
+/// sum divided by n (mean) or 1 and converted.
 struct GpuModuleSpec {
   std::vector<GpuLayerKernel> layers;
   std::vector<KernelRequest> losses;
-  std::string sumKernel; ///< Empty: none.
+  std::string sumKernel;   ///< Empty: none.
+  std::string valueKernel; ///< Empty: none.
+  DType valueType = DType::F32;
 };
 
 /// The block size SUM is launched with for `count` partials a segment: a

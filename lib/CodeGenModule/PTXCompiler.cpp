@@ -110,8 +110,9 @@ Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &
     kernels.insert(k.symbol);
   for (const KernelRequest &r : spec.losses)
     kernels.insert(r.symbol);
-  if (!spec.sumKernel.empty())
-    kernels.insert(spec.sumKernel);
+  for (const std::string *k : {&spec.sumKernel, &spec.valueKernel})
+    if (!k->empty())
+      kernels.insert(*k);
   std::string verifyMessage;
   llvm::raw_string_ostream vs(verifyMessage);
   if (llvm::verifyModule(*module, &vs))

@@ -47,6 +47,10 @@ struct LossArgs {
   size_t n = 0;
   double scale = 1;
   bool onDevice = false;
+  /// On a device, a summing kind may leave its result there instead:
+  /// value[0] = T(sum / divisor), queued without waiting (GPU engines only).
+  void *value = nullptr;
+  double divisor = 1;
 };
 
 /// The fallback policy for kernels an engine builds after compile()

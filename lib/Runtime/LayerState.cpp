@@ -457,7 +457,7 @@ Expected<double> LayerState::checkedRunLoss(KernelKind kind, LossArgs args) cons
   if (k.summing && reduction == Reduction::Mean && args.n == 0)
     return Error(ErrorCode::InvalidArgument, "the mean of zero elements is undefined");
   args.scale = k.scaled && reduction == Reduction::Mean ? 1.0 / double(args.n) : 1.0;
-  if (args.n == 0)
+  if (args.n == 0 && !args.value)
     return 0.0;
   Current c = current();
   auto sum = guard.run([&] { return c.engine->runLoss(kind, args, *c.params); });
@@ -500,6 +500,41 @@ Expected<double> LayerState::runLoss(KernelKind kind, const DeviceBuffer &yPred,
   if (Error e = checkBuffers(args, where, want, n, fmt::format("y_pred of {} elements", n), "loss"))
     return e;
   return checkedRunLoss(kind, {yPred.data(), yTrue.data(), out ? out->data() : nullptr, n, 1, where != "cpu"});
+}
+
+Error LayerState::runLossValue(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
+                               const DeviceBuffer *grad, const DeviceBuffer &value) const {
+  if (reduction == Reduction::None)
+    return Error(ErrorCode::InvalidArgument, "reduction is none: there is no reduced loss to leave in 'value'");
+  DType want = model().options.dtype;
+  std::string where = memorySpace(*current().engine);
+  size_t n = yPred.count();
+  const BufferArg args[] = {{"y_pred", &yPred, false}, {"y_true", &yTrue, false}, {"grad", grad, true}};
+  if (Error e = checkBuffers(args, where, want, n, fmt::format("y_pred of {} elements", n), "loss"))
+    return e;
+  const BufferArg valueArg[] = {{"value", &value, true}};
+  if (Error e = checkBuffers(valueArg, where, want, 1, "the reduced loss", "loss"))
+    return e;
+  std::vector<View> views = {{"value", value.data(), value.bytes(), true}, {"y_pred", yPred.data(), yPred.bytes(), false},
+                             {"y_true", yTrue.data(), yTrue.bytes(), false}};
+  if (grad)
+    views.push_back({"grad", grad->data(), grad->bytes(), true});
+  if (Error e = checkOverlap(views))
+    return e;
+  if (where == "cpu") { // host memory: the value as the returning overloads give it
+    auto v = runLoss(kind, yPred, yTrue, grad);
+    if (!v)
+      return v.takeError();
+    if (want == DType::F32)
+      *static_cast<float *>(value.data()) = float(*v);
+    else
+      *static_cast<double *>(value.data()) = *v;
+    return Error::success();
+  }
+  LossArgs a{yPred.data(), yTrue.data(), grad ? grad->data() : nullptr, n, 1, true};
+  a.value = value.data();
+  a.divisor = reduction == Reduction::Mean ? double(n) : 1.0;
+  return checkedRunLoss(kind, a).takeError();
 }
 
 template <class T>

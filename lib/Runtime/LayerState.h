@@ -108,6 +108,10 @@ struct LayerState {
                            std::span<T> out) const;
   Expected<double> runLoss(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue,
                            const DeviceBuffer *out) const;
+  /// The same for LossSum and LossFused with the reduced loss left in
+  /// `value` (one element): on a GPU queued, nothing waited for.
+  Error runLossValue(KernelKind kind, const DeviceBuffer &yPred, const DeviceBuffer &yTrue, const DeviceBuffer *grad,
+                     const DeviceBuffer &value) const;
   /// Trainable constants: grads (one per params entry) = the sum over the
   /// elements of err * df/dc (a layer: a = z, b = err) or of scale * dl/dc
   /// (a loss: a = y_pred, b = y_true; scale 1/n for a mean). Host arrays.

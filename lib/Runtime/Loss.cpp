@@ -128,6 +128,16 @@ Expected<double> Loss::fused(const DeviceBuffer &yp, const DeviceBuffer &yt, con
   return state_->runLoss(KernelKind::LossFused, yp, yt, &grad);
 }
 
+Error Loss::forward(const DeviceBuffer &yp, const DeviceBuffer &yt, const DeviceBuffer &value) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->runLossValue(KernelKind::LossSum, yp, yt, nullptr, value);
+}
+Error Loss::fused(const DeviceBuffer &yp, const DeviceBuffer &yt, const DeviceBuffer &grad,
+                  const DeviceBuffer &value) const {
+  HSNN_STATE_OR(detail::movedFrom(kWhat))
+  return state_->runLossValue(KernelKind::LossFused, yp, yt, &grad, value);
+}
+
 Error Loss::constantGradients(std::span<const float> yp, std::span<const float> yt, std::span<double> grads) const {
   HSNN_STATE_OR(detail::movedFrom(kWhat))
   return state_->constantGradients<float>(yp, yt, grads, 0);

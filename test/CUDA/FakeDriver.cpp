@@ -426,6 +426,24 @@ CUresult cuStreamSynchronize(void *) {
   ++state().counters["stream_synchronize"];
   return kSuccess;
 }
+// Stream-ordered allocation: memory like cuMemAlloc's, counted apart.
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, void *) {
+  CUresult r = cuMemAlloc_v2(p, bytes);
+  if (r == kSuccess) {
+    std::lock_guard lock(state().mutex);
+    --state().counters["alloc"];
+    ++state().counters["alloc_async"];
+  }
+  return r;
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, void *) {
+  CUresult r = cuMemFree_v2(p);
+  if (r == kSuccess) {
+    std::lock_guard lock(state().mutex);
+    ++state().counters["free_async"];
+  }
+  return r;
+}
 // ---- modules and launches ----
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, int *options, void **values) {
   NEED_CONTEXT();

@@ -334,6 +334,70 @@ TEST_CASE("inside a StreamScope, device calls queue on its stream and return wit
   CHECK(none.error().message() == "backend cpu has no streams");
 }
 
+TEST_CASE("a loss can leave its value on the device: queued on the caller's stream, nothing waited for") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  const bool streamOrdered = runtimeInfo().cudaDriverVersion >= 11020;
+  // Below CUDA 11.2 (ctest fake_cuda_driver_11_1) sm_90 code cannot load: device 2 is an sm_80.
+  const int gpu = streamOrdered ? 0 : 2;
+  auto loss = Loss::compile("mse", {}, {.method = Method::Cuda, .gpuId = gpu});
+  REQUIRE_OK_EXPECTED(loss);
+  auto backend = getBackend("cuda:" + std::to_string(gpu));
+  REQUIRE(backend);
+  auto yp = (*backend)->allocate(5000, DType::F32), grad = (*backend)->allocate(5000, DType::F32);
+  auto value = (*backend)->allocate(1, DType::F32), wide = (*backend)->allocate(1, DType::F64);
+  REQUIRE(yp);
+  REQUIRE(grad);
+  REQUIRE(value);
+  REQUIRE(wide);
+  auto stream = (*backend)->borrowStream(0x7000);
+  REQUIRE_OK_EXPECTED(stream);
+  {
+    StreamScope scope(*stream);
+    int syncs = fake.count("synchronize"), streamSyncs = fake.count("stream_synchronize"),
+        copies = fake.count("async"), allocs = fake.count("alloc_async"), frees = fake.count("free_async");
+    fake.clearLaunches();
+    REQUIRE_OK(loss->fused(*yp, *yp, *grad, *value));
+    REQUIRE_OK(loss->forward(*yp, *yp, *value));
+    CHECK(fake.lastStream() == 0x7000);
+    CHECK(fake.count("synchronize") == syncs);
+    CHECK(fake.count("async") == copies); // no copy to the host
+    // 5000 elements: 20 blocks of 256 wanted, 8 fill the device; 64 partials.
+    CHECK(fake.launches() == "hsnn_loss_fused 8,1 256;hsnn_loss_value 1,1 64;hsnn_loss_sum 8,1 256;hsnn_loss_value 1,1 64;");
+    if (streamOrdered) { // partials from the stream-ordered allocator: no wait at all
+      CHECK(fake.count("stream_synchronize") == streamSyncs);
+      CHECK(fake.count("alloc_async") == allocs + 2);
+      CHECK(fake.count("free_async") == frees + 2);
+    } else { // the loss's own scratch: each call waits for its stream
+      CHECK(fake.count("stream_synchronize") == streamSyncs + 2);
+      CHECK(fake.count("alloc_async") == allocs);
+    }
+    // A sum of no elements is 0, written by the value kernel alone.
+    auto sum = Loss::compile("mse", {}, {.method = Method::Cuda, .reduction = Reduction::Sum, .gpuId = gpu});
+    REQUIRE_OK_EXPECTED(sum);
+    auto empty = (*backend)->allocate(0, DType::F32);
+    REQUIRE(empty);
+    fake.clearLaunches();
+    REQUIRE_OK(sum->forward(*empty, *empty, *value));
+    CHECK(fake.launches() == "hsnn_loss_value 1,1 32;");
+  }
+  // What is checked: the value's size, dtype, memory; the reduction.
+  CHECK(loss->forward(*yp, *yp, *wide).message() == "buffer 'value' holds f64 elements; the loss runs on f32");
+  CHECK(loss->forward(*yp, *yp, *yp).message() == "'value' holds 5000 elements; the reduced loss needs exactly 1");
+  auto host = getBackend("cpu");
+  REQUIRE(host);
+  auto onHost = (*host)->allocate(1, DType::F32);
+  REQUIRE(onHost);
+  CHECK(loss->forward(*yp, *yp, *onHost).message() ==
+        "buffer 'value' on backend cpu given to a loss that runs on cuda:" + std::to_string(gpu));
+  auto none = Loss::compile("mse", {}, {.method = Method::Cuda, .reduction = Reduction::None, .gpuId = gpu});
+  REQUIRE_OK_EXPECTED(none);
+  CHECK(none->fused(*yp, *yp, *grad, *value).message() ==
+        "reduction is none: there is no reduced loss to leave in 'value'");
+}
+
 TEST_CASE("layers with more nodes than grid.y holds launch in chunks") {
   Fake fake;
   if (!cudaMethodAvailable())

@@ -686,7 +686,7 @@ double sumInKernelOrder(const double *p, size_t count, unsigned threads) {
   return tree(warpTotals);
 }
 
-TEST_CASE("the GPU's partial-sum kernel adds every partial of each segment in the order its block size fixes") {
+TEST_CASE("the GPU's partial-sum kernels add every partial of each segment in the order their block size fixes") {
   detail::GpuModuleSpec spec;
   spec.sumKernel = "add";
   EmulatedModule module(spec);
@@ -711,6 +711,31 @@ TEST_CASE("the GPU's partial-sum kernel adds every partial of each segment in th
           exact += p[k], magnitude += std::fabs(p[k]);
         CHECK(std::fabs(sums[s] - double(exact)) <= 1e-13 * double(magnitude));
       }
+    }
+  }
+  // The value kernels (a loss left on the device): the same sum, divided, converted.
+  for (DType dt : {DType::F32, DType::F64}) {
+    detail::GpuModuleSpec valueSpec;
+    valueSpec.valueKernel = "value";
+    valueSpec.valueType = dt;
+    EmulatedModule valueModule(valueSpec);
+    std::vector<double> partials(3000);
+    for (double &p : partials)
+      p = mantissa(rng) * std::exp2(exponent(rng));
+    const unsigned threads = detail::sumKernelThreads(partials.size());
+    const double sum = sumInKernelOrder(partials.data(), partials.size(), threads), divisor = 12345;
+    if (dt == DType::F32) {
+      float value = -1;
+      auto *k = valueModule.kernel<void(const double *, int64_t, float *, double)>("value");
+      launch(1, 1, threads, [&] { k(partials.data(), int64_t(partials.size()), &value, divisor); });
+      CHECK(value == float(sum / divisor));
+    } else {
+      double value = -1;
+      auto *k = valueModule.kernel<void(const double *, int64_t, double *, double)>("value");
+      launch(1, 1, threads, [&] { k(partials.data(), int64_t(partials.size()), &value, divisor); });
+      CHECK(value == sum / divisor);
+      launch(1, 1, 32, [&] { k(nullptr, 0, &value, 1.0); }); // no partials: 0
+      CHECK(value == 0.0);
     }
   }
   CHECK(detail::sumKernelThreads(1) == 32);

@@ -83,6 +83,21 @@ TEST_CASE("losses run on buffers from the CPU backend") {
   CHECK(grad[3] == doctest::Approx(2.0)); // 2*(4-0)/4
   auto five = (*cpu)->allocate(5, DType::F32);
   CHECK(loss->forward(*p, *five).error().message() == "'y_true' holds 5 elements; y_pred of 4 elements needs exactly 4");
+
+  // The value left in a buffer: the returning overloads' value, converted.
+  auto value = (*cpu)->allocate(1, DType::F32);
+  REQUIRE(value);
+  float got = -1;
+  REQUIRE_FALSE(static_cast<bool>(loss->fused(*p, *t, *g, *value)));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toHost(&got, *value, sizeof got)));
+  CHECK(got == float(*fused));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toDevice(*value, yp, sizeof got)));
+  REQUIRE_FALSE(static_cast<bool>(loss->forward(*p, *t, *value)));
+  REQUIRE_FALSE(static_cast<bool>((*cpu)->toHost(&got, *value, sizeof got)));
+  CHECK(got == 7.5f);
+  CHECK(loss->forward(*p, *t, *g).message() == "'value' holds 4 elements; the reduced loss needs exactly 1");
+  DeviceBuffer insideGrad(std::shared_ptr<void>(g->data(), [](void *) {}), 1, DType::F32, "cpu");
+  CHECK(loss->fused(*p, *t, *g, insideGrad).message() == "'value' and 'grad' are both outputs and share memory");
 }
 
 TEST_CASE("asking for an absent backend is an error that says why") {
