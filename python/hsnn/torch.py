@@ -72,6 +72,12 @@ def _method_for(method, t):
     return "cuda"
 
 
+def _fast_key(t):
+    """Which of a module's hsnn._torch objects serves tensor t: CPU ones by
+    dtype, CUDA ones by dtype and device."""
+    return (t.dtype, t.device.index) if t.is_cuda else t.dtype
+
+
 def _times(grad, derivative):
     """grad * derivative; a large CPU product on hsnn's threads into a pooled array."""
     g = grad.detach()
@@ -273,17 +279,18 @@ class HeteroActivation(torch.nn.Module):
             layer = _Layer(self.formulas, dtype=_DTYPES[z.dtype], layout="batch_major", method=method,
                            gpu_id=z.device.index or 0 if z.is_cuda else 0)
             node = self._nodes[key] = _Node(layer)
-            if self._fast is not None and not z.is_cuda:
-                self._fast[z.dtype] = _ext.Fast(layer, node.slow_backward, self.num_nodes)
+            if self._fast is not None:
+                self._fast[_fast_key(z)] = _ext.Fast(layer, node.slow_backward, self.num_nodes,
+                                                     z.device.index or 0 if z.is_cuda else -1)
         return node
 
     def forward(self, z):
         if _compiling():  # torch.compile: one custom operator in the graph
             return torch.ops.hsnn.activation(z, self.constants if self.trainable else None, self._op_key, "")[0]
-        # Small contiguous CPU tensors: one C++ autograd function, which checks
-        # them itself (the Python function's glue and these checks were half
-        # the call at 32 x 64); it answers None for anything else.
-        fast = self._fast.get(z.dtype) if self._fast is not None else None
+        # Contiguous CPU and CUDA tensors: one C++ autograd function, which
+        # checks them itself (the Python function's glue and these checks were
+        # half the call at 32 x 64); it answers None for anything else.
+        fast = self._fast.get(_fast_key(z)) if self._fast is not None else None
         if fast is not None:
             a = _ext.hetero_apply(z, fast)
             if a is not None:
@@ -292,8 +299,8 @@ class HeteroActivation(torch.nn.Module):
         if z.dim() != 2 or z.shape[1] != self.num_nodes:
             raise ValueError(f"the input has shape {tuple(z.shape)}; expected (batch, {self.num_nodes})")
         node = self._node(z)
-        if self._fast is not None and not z.is_cuda:  # a first call: the node is made now
-            a = _ext.hetero_apply(z, self._fast[z.dtype])
+        if self._fast is not None:  # a first call: the node is made now
+            a = _ext.hetero_apply(z, self._fast[_fast_key(z)])
             if a is not None:
                 return a
         return _Apply.apply(z, self.constants if self.trainable else None, node)
@@ -481,11 +488,11 @@ class FormulaLoss(torch.nn.Module):
             if y.is_cuda:
                 loss.set_gpu_id(y.device.index or 0)
             node = self._nodes[key] = _LossNode(loss, self.constant_names)
-            if self._fast is not None and not y.is_cuda:
+            if self._fast is not None:
                 mean = self.reduction == "mean"
                 slow = lambda yp, yt, g: g * (1.0 / yp.numel() if mean else 1.0) * _LossElements.apply(yp, yt, None,
                                                                                                      node.d)
-                self._fast[y.dtype] = _ext.FastLoss(loss, slow)
+                self._fast[_fast_key(y)] = _ext.FastLoss(loss, slow, y.device.index or 0 if y.is_cuda else -1)
         return node
 
     def forward(self, y_pred, y_true):
@@ -494,11 +501,11 @@ class FormulaLoss(torch.nn.Module):
             if self.reduction == "none":
                 return torch.ops.hsnn.loss_elements(y_pred, y_true, c, self._op_key, "")
             return torch.ops.hsnn.loss(y_pred, y_true, c, self._op_key, "")[0]
-        # Small contiguous CPU tensors: one C++ call and an autograd node
+        # Contiguous CPU and CUDA tensors: one C++ call and an autograd node
         # (hsnn._torch), None for anything else, as HeteroActivation.
         # (Its autograd node differentiates in y_pred only: a target that
         # requires grad takes the Python function.)
-        fast = self._fast.get(y_pred.dtype) if self._fast is not None and not y_true.requires_grad else None
+        fast = self._fast.get(_fast_key(y_pred)) if self._fast is not None and not y_true.requires_grad else None
         if fast is not None:
             value = _ext.loss_apply(y_pred, y_true, fast)
             if value is not None:
@@ -508,8 +515,8 @@ class FormulaLoss(torch.nn.Module):
             raise ValueError(f"y_true ({y_true.dtype}, {tuple(y_true.shape)}, {y_true.device}) must match y_pred "
                              f"({y_pred.dtype}, {tuple(y_pred.shape)}, {y_pred.device})")
         node = self._node(y_pred)
-        if self._fast is not None and not y_pred.is_cuda and not y_true.requires_grad:  # a first call: made now
-            value = _ext.loss_apply(y_pred, y_true, self._fast[y_pred.dtype])
+        if self._fast is not None and not y_true.requires_grad:  # a first call: made now
+            value = _ext.loss_apply(y_pred, y_true, self._fast[_fast_key(y_pred)])
             if value is not None:
                 return value
         return _LossValue.apply(y_pred, y_true, self.constants if self.trainable else None, node, self.reduction)

@@ -32,6 +32,16 @@ struct RawEntries {
   /// grad = its gradient (already scaled, as Loss::fused). No GIL needed.
   int (*runLossFused)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, int64_t n,
                       double *value, RawParallelFor parallelFor, char *message, size_t messageSize);
+  /// The same on CUDA memory of the layer's or loss's device (Method::Cuda),
+  /// queued on `stream` (a CUstream handle; 0 the legacy default stream)
+  /// with nothing waited for: the layer's kind 0 forward (z -> out0), 1
+  /// backward (z, err -> out0) or 2 fused (z -> out0 = f, out1 = f'); the
+  /// loss's fused kernel (grad, and the reduced loss into `value`, one
+  /// element of its dtype, still on the device). No GIL needed.
+  int (*runLayerDevice)(const void *layer, int kind, int f64, const void *z, const void *err, void *out0, void *out1,
+                        int64_t batch, uintptr_t stream, char *message, size_t messageSize);
+  int (*runLossDevice)(const void *loss, int f64, const void *yPred, const void *yTrue, void *grad, void *value,
+                       int64_t n, uintptr_t stream, char *message, size_t messageSize);
   /// Outputs of at least minPooledBytes come from _core's pool
   /// (OutputPool.h): poolTake's memory (64-byte aligned) goes back with
   /// poolGive, from any thread.

@@ -200,3 +200,59 @@ def test_calls_queue_on_the_callers_stream(driver):
     assert driver.last_stream() == 0 and z.stream == 1 and driver.count("synchronize") == syncs + 1
     with pytest.raises(ValueError, match="stream= is for CUDA arrays; these are in host memory"):
         hsnn.ActivationLayer(["relu"]).forward(np.zeros((1, 4), np.float32), stream=0x5000)
+
+
+class RawEntries(ctypes.Structure):
+    """python/src/RawRun.h's struct, as hsnn._torch reads it from _core's capsule."""
+    _fields_ = [("layer_of", ctypes.c_void_p), ("loss_of", ctypes.c_void_p), ("run_layer_fused", ctypes.c_void_p),
+                ("run_loss_fused", ctypes.c_void_p),
+                ("run_layer_device", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                                      ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64,
+                                                      ctypes.c_char_p, ctypes.c_size_t)),
+                ("run_loss_device", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                                     ctypes.c_int64, ctypes.c_uint64, ctypes.c_char_p,
+                                                     ctypes.c_size_t)),
+                ("min_pooled_bytes", ctypes.c_size_t), ("pool_take", ctypes.c_void_p), ("pool_give", ctypes.c_void_p)]
+
+
+def raw_entries():
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    entries = RawEntries.from_address(get(hsnn._core._raw_run(), b"hsnn._core.raw_entries"))
+    object_of = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p, ctypes.c_size_t)
+    return entries, object_of(entries.layer_of), object_of(entries.loss_of)
+
+
+def test_torchs_cuda_entries_queue_on_the_given_stream_and_wait_for_nothing(driver):
+    """What hsnn._torch runs for CUDA tensors (PyTorch's current stream, its
+    allocator's memory): the layer's fused kernel and the loss's fused kernel
+    with the value left on the device, queued; no copy, no synchronization."""
+    entries, layer_of, loss_of = raw_entries()
+    message = ctypes.create_string_buffer(512)
+    layer = hsnn.ActivationLayer(["relu", "gelu", "tanh"], layout="batch_major", method="cuda")
+    engine = layer_of(layer, message, 512)
+    assert engine, message.value
+    z, a, d = (driver.alloc(1000 * 3 * 4) for _ in range(3))
+    assert entries.run_layer_device(engine, 2, 0, z, None, a, d, 1000, 0x5000, message, 512) == 0, message.value
+    loss = hsnn.Loss("mse", method="cuda")
+    lengine = loss_of(loss, message, 512)
+    assert lengine, message.value
+    yp, yt, g, value = (driver.alloc(n) for n in (4000, 4000, 4000, 4))
+    syncs, stream_syncs, copies = driver.count("synchronize"), driver.count("stream_synchronize"), driver.copies()
+    driver.clear()
+    assert entries.run_layer_device(engine, 2, 0, z, None, a, d, 1000, 0x5000, message, 512) == 0, message.value
+    assert entries.run_loss_device(lengine, 0, yp, yt, g, value, 1000, 0x5000, message, 512) == 0, message.value
+    assert driver.last_stream() == 0x5000
+    launches = driver.launches()
+    # 1000 x 3 in tiles of 64 x 32: 16 blocks wanted, 8 fill the fake device.
+    assert launches == "hsnn_layer_fused_batch_major 8,1 256;hsnn_loss_fused 4,1 256;hsnn_loss_value 1,1 32;", launches
+    assert (driver.count("synchronize"), driver.count("stream_synchronize"), driver.copies()) == (syncs, stream_syncs,
+                                                                                                 copies)
+    # Errors come back as messages: a dtype the layer was not compiled for, a CPU layer.
+    assert entries.run_layer_device(engine, 2, 1, z, None, a, d, 1000, 0x5000, message, 512) == 1
+    assert message.value == b"the layer is f32; the tensor is not"
+    cpu = hsnn.ActivationLayer(["relu"], layout="batch_major", method="cpu_interp")
+    assert entries.run_layer_device(layer_of(cpu, message, 512), 2, 0, z, None, a, d, 10, 0, message, 512) == 1
+    assert message.value == b"the layer runs on the CPU (cpu_interp), not on CUDA memory"
