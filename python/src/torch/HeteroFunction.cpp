@@ -56,9 +56,9 @@ struct Fast {
 
 // PyTorch's current stream on t's device as a CUstream handle, without
 // CUDA's headers (the bindings build against CPU-only PyTorch too):
-// c10::Stream::native_handle() where this PyTorch has it (2.7 on), else
-// torch._C._cuda_getCurrentRawStream (one call of a C function through
-// Python; the GIL is held here).
+// c10::Stream::native_handle() where this PyTorch has it (2.7 on) and its
+// CUDA guard implements it, else torch._C._cuda_getCurrentRawStream (one
+// call of a C function through Python; the GIL is held here).
 template <class S, class = void> struct HasNativeHandle : std::false_type {};
 template <class S>
 struct HasNativeHandle<S, std::void_t<decltype(std::declval<const S &>().native_handle())>> : std::true_type {};
@@ -66,11 +66,18 @@ struct HasNativeHandle<S, std::void_t<decltype(std::declval<const S &>().native_
 template <class S = c10::Stream> uintptr_t currentStream(const torch::Tensor &t) {
   S stream = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(t.device()); // S: the branch not taken is not compiled
   if constexpr (HasNativeHandle<S>::value) {
-    return reinterpret_cast<uintptr_t>(stream.native_handle());
-  } else {
-    static py::object raw = py::module_::import("torch._C").attr("_cuda_getCurrentRawStream");
-    return raw(int(t.device().index())).template cast<uintptr_t>();
+    static bool implemented = true;
+    if (implemented) {
+      try {
+        return reinterpret_cast<uintptr_t>(stream.native_handle());
+      } catch (const c10::Error &) {
+        implemented = false;
+      }
+    }
   }
+  // Never destroyed: the interpreter may be gone at exit.
+  static auto *raw = new py::object(py::module_::import("torch._C").attr("_cuda_getCurrentRawStream"));
+  return (*raw)(int(t.device().index())).template cast<uintptr_t>();
 }
 
 // An output like `like`: from PyTorch's allocator when small, from _core's
