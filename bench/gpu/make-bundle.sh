@@ -21,5 +21,14 @@ done
 for lib in libtbb.so.12 libzstd.so.1; do
   cp -L "$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')" gpu-bundle/
 done
-cp bench/gpu/run.sh bench/gpu/table.py bench/gpu/torch_peers.py gpu-bundle/
+cp bench/gpu/run.sh bench/gpu/table.py bench/gpu/torch_peers.py bench/gpu/torch_check.py gpu-bundle/
+# The Python package as a source distribution over prebuilt libraries (its
+# own LLVM-static code generator inside), for hsnn.torch on the GPU
+# machine's Python and PyTorch: run.sh builds the bindings there (~1 min).
+if [ -f build/CMakeCache.txt ] && cmake --build build --target python-sdist >/dev/null; then
+  cp build/dist/hsnn-*.tar.gz gpu-bundle/
+else
+  echo "make-bundle: no build/ to make the Python sdist in: the device script's hsnn.torch checks will be skipped" >&2
+fi
 du -sh gpu-bundle
+[ "$(du -sm gpu-bundle | cut -f1)" -lt 64 ] || echo "make-bundle: gpu-bundle is over the 64 MiB a device session carries" >&2

@@ -2,8 +2,10 @@
 # Runs on the GPU machine from the bundle make-bundle.sh built, in one go of
 # a few minutes: the GPU tests (every kernel against the interpreter), the
 # GPU benchmark next to a device-to-device copy (W1-W4, compile, per-call
-# latency), PyTorch's eager and compiled versions of the same workloads
-# where a CUDA PyTorch is installed (torch_peers.py), and the CPU benchmark
+# latency), hsnn.torch on CUDA tensors checked (torch_check.py, with the
+# package built here from the bundle's sdist) and PyTorch's eager and compiled
+# versions of the same workloads where a CUDA PyTorch is installed
+# (torch_peers.py), and the CPU benchmark
 # for comparison. Its last lines are one side-by-side table (table.py).
 # Results go to OUTDIR (default: $OUT, else ./gpu-results).
 set -uo pipefail
@@ -25,6 +27,18 @@ echo "bench --device cuda exit $?"
 cat "$out/bench-gpu.json" "$out/bench-gpu.err"
 ./hsnn-jit bench --method cuda --workload W1 --reps 5 > "$out/bench-gpu-host-arrays.txt" 2>&1
 if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  # hsnn's Python package for this machine's Python and PyTorch, from the
+  # bundle's source distribution (a C++ compiler and Python's headers;
+  # pybind11 from PyTorch's headers where it is not installed), off the index.
+  if ls hsnn-*.tar.gz > /dev/null 2>&1; then
+    HSNN_BUILD_JOBS=$(nproc) timeout 300 python3 -m pip install --no-build-isolation --no-deps --no-index \
+      --target "$out/pylib" hsnn-*.tar.gz > "$out/pip.txt" 2>&1
+    echo "hsnn python package: pip exit $? (pip.txt)"
+    export PYTHONPATH="$out/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  timeout 180 python3 torch_check.py > "$out/torch-check.txt" 2>&1
+  echo "torch_check exit $?"
+  grep -E "^(ok|FAIL) " "$out/torch-check.txt"
   timeout 240 python3 torch_peers.py --reps 20 > "$out/torch.json" 2> "$out/torch.err"
   echo "torch_peers exit $?"
 else

@@ -33,9 +33,20 @@ COMMON_FLAGS = ["-O2", "-g0", "-fvisibility=hidden", "-ffp-contract=off", "-fno-
 def _pybind11_include():
     try:
         import pybind11
+        return pybind11.get_include()
     except ImportError:
-        sys.exit("hsnn: building the bindings needs pybind11 (pip install pybind11, or Debian's python3-pybind11)")
-    return pybind11.get_include()
+        pass
+    # PyTorch's wheels carry pybind11's headers (a GPU machine with pip's
+    # PyTorch and no index to fetch pybind11 from builds with those).
+    try:
+        import torch
+        include = os.path.join(os.path.dirname(torch.__file__), "include")
+        if os.path.exists(os.path.join(include, "pybind11", "pybind11.h")):
+            print(f"hsnn: pybind11 is not installed; using the headers PyTorch {torch.__version__} carries")
+            return include
+    except ImportError:
+        pass
+    sys.exit("hsnn: building the bindings needs pybind11 (pip install pybind11, or Debian's python3-pybind11)")
 
 
 def _core_extension():
