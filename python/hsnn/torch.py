@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import _core
-from . import ActivationLayer as _Layer, Loss as _Loss, _cpu_method
+from . import ActivationLayer as _Layer, Loss as _Loss, _capsule, _cpu_method, _stream_for
 
 try:  # the C++ autograd function for small CPU tensors, where it was built (libtorch's headers)
     from . import _torch as _ext
@@ -359,6 +359,18 @@ class _LossNode:
             for name, v in zip(self.names, c.detach().to(torch.float64).tolist()):
                 self.loss.set_constant(name, v)
 
+    def fused_value(self, yp, yt):
+        """(the reduced loss as a 0-d tensor on yp's device, its gradient): on
+        CUDA queued on the current stream, the value left on the device."""
+        if not yp.is_cuda:
+            v, grad = self.run("fused", yp, yt)
+            return torch.tensor(v, dtype=yp.dtype, device=yp.device), grad
+        yp, yt = yp.detach().contiguous(), yt.detach().contiguous()
+        grad, value = torch.empty_like(yp), yp.new_empty(())
+        stream = _stream_for(yp, None)
+        self.loss._run_device(4, [_capsule(x, stream) for x in (yp, yt, grad, value)], stream)
+        return value, grad
+
     def run(self, which, yp, yt):
         if yp.is_cuda:
             return getattr(self.loss, which)(yp.detach().contiguous(), yt.detach().contiguous())
@@ -386,8 +398,7 @@ class _LossValue(torch.autograd.Function):
         if reduction == "none":
             value, grad = node.run("forward_elements", y_pred, y_true), None
         else:
-            v, grad = node.run("fused", y_pred, y_true)
-            value = torch.tensor(v, dtype=y_pred.dtype, device=y_pred.device)
+            value, grad = node.fused_value(y_pred, y_true)
         ctx.save_for_backward(y_pred, y_true, c, grad)
         return value
 

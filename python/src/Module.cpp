@@ -381,23 +381,27 @@ struct PyLoss : Held<Loss, LossArgs, kLossName> {
     return take(get().dtype() == DType::F32 ? call<float>(kind, yp, yt, out) : call<double>(kind, yp, yt, out));
   }
   // CUDA arrays (DLPack capsules): kind 0 forward (y_pred, y_true), 1
-  // elements, 2 gradient, 3 fused (the third array is the caller's output).
+  // elements, 2 gradient, 3 fused (the third array is the caller's output),
+  // 4 fused with the reduced loss left in a fourth, one-element array (no
+  // value comes back to the host: nothing waits for the device).
   double runDevice(int kind, const py::list &capsules, const py::object &stream) const {
-    static const char *names[3] = {"y_pred", "y_true", "out"};
-    size_t count = kind == 0 ? 2 : 3;
+    static const char *names[4] = {"y_pred", "y_true", "out", "value"};
+    size_t count = kind == 0 ? 2 : kind == 4 ? 4 : 3;
     if (capsules.size() != count)
       throw py::value_error("expected " + std::to_string(count) + " arrays");
     std::vector<python::DeviceArray> a;
     for (size_t i = 0; i < count; ++i)
       a.push_back(python::deviceArray(capsules[i].cast<py::capsule>(), names[i], get().dtype()));
-    for (size_t i = 1; i < count; ++i)
+    for (size_t i = 1; i < std::min<size_t>(count, 3); ++i)
       if (a[i].shape != a[0].shape)
         throw py::value_error(std::string("'") + names[i] + "' must have the shape of 'y_pred'");
     auto scope = python::streamScope(stream, a[0].buffer);
     Expected<double> r = 0.0;
     {
       py::gil_scoped_release unlocked;
-      if (kind == 0)
+      if (kind == 4)
+        r = errorOr(get().fused(a[0].buffer, a[1].buffer, a[2].buffer, a[3].buffer));
+      else if (kind == 0)
         r = get().forward(a[0].buffer, a[1].buffer);
       else if (kind == 1)
         r = errorOr(get().forwardElements(a[0].buffer, a[1].buffer, a[2].buffer));
@@ -647,8 +651,8 @@ PYBIND11_MODULE(_core, m) {
              return py::make_tuple(v, out);
            }, py::arg("y_pred"), py::arg("y_true"), "(loss, gradient) in one pass")
       .def("_run_device", &PyLoss::runDevice, py::arg("kind"), py::arg("capsules"), py::arg("stream") = py::none(),
-           "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out]); `stream` as "
-           "for layers")
+           "CUDA DLPack capsules: 0 forward, 1 elements, 2 gradient, 3 fused (y_pred, y_true[, out]), 4 fused with "
+           "the loss left in a one-element fourth array (returns 0); `stream` as for layers")
       .def("set_constant", [](PyLoss &l, const std::string &name, double v) { check(l.get().setConstant(name, v)); })
       .def("constant", [](const PyLoss &l, const std::string &name) { return take(l.get().constant(name)); })
       .def("constant_names", [](const PyLoss &l) { return l.get().constantNames(); })

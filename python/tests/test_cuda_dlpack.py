@@ -256,3 +256,22 @@ def test_torchs_cuda_entries_queue_on_the_given_stream_and_wait_for_nothing(driv
     cpu = hsnn.ActivationLayer(["relu"], layout="batch_major", method="cpu_interp")
     assert entries.run_layer_device(layer_of(cpu, message, 512), 2, 0, z, None, a, d, 10, 0, message, 512) == 1
     assert message.value == b"the layer runs on the CPU (cpu_interp), not on CUDA memory"
+
+
+def test_a_loss_value_can_stay_on_the_device(driver):
+    """What hsnn.torch's Python path (trainable constants, torch.compile's custom op) runs for a CUDA loss: the
+    fused kernel with the value left in a one-element device array, queued on the stream, nothing waited for."""
+    loss = hsnn.Loss("mse", method="cuda")
+    yp, yt, g = (FakeCudaTensor(driver, (1000,)) for _ in range(3))
+    value = FakeCudaTensor(driver, ())
+    loss._run_device(4, [x.__dlpack__(0x5000) for x in (yp, yt, g, value)], 0x5000)  # builds: not measured
+    syncs, stream_syncs, copies = driver.count("synchronize"), driver.count("stream_synchronize"), driver.copies()
+    driver.clear()
+    assert loss._run_device(4, [x.__dlpack__(0x5000) for x in (yp, yt, g, value)], 0x5000) == 0.0
+    assert driver.launches() == "hsnn_loss_fused 4,1 256;hsnn_loss_value 1,1 32;"
+    assert driver.last_stream() == 0x5000
+    assert (driver.count("synchronize"), driver.count("stream_synchronize"), driver.copies()) == (syncs, stream_syncs,
+                                                                                                 copies)
+    wide = FakeCudaTensor(driver, (), bits=64)
+    with pytest.raises(TypeError, match="'value' must hold float32"):
+        loss._run_device(4, [x.__dlpack__(0x5000) for x in (yp, yt, g, wide)], 0x5000)
