@@ -58,7 +58,8 @@ Expected<const CudaDriver *> CudaDriver::get() {
               resolve(lib, "cuDeviceTotalMem_v2", d.cuDeviceTotalMem) && resolve(lib, "cuGetErrorString", d.cuGetErrorString) &&
               resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain) &&
               resolve(lib, "cuDevicePrimaryCtxRelease_v2", d.cuDevicePrimaryCtxRelease) &&
-              resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent) && resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize) &&
+              resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent) && resolve(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent) &&
+              resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize) &&
               resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc) && resolve(lib, "cuMemFree_v2", d.cuMemFree) &&
               resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
               resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo) && resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx) &&

@@ -663,6 +663,7 @@ public:
   }
 
   Expected<std::shared_ptr<const ParamSet>> makeParams(std::vector<double> values) const override {
+    ContextRestorer restore;
     auto p = std::make_shared<GpuParamSet>();
     auto mem = uploaded(device_, values);
     if (!mem)
@@ -673,6 +674,7 @@ public:
   }
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
+    ContextRestorer restore;
     CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
     if (kind == KernelKind::ConstantGradient) {
       // Host arrays: the API's constantGradients takes spans.
@@ -700,6 +702,7 @@ public:
   }
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
+    ContextRestorer restore;
     CUdeviceptr prm = static_cast<const GpuParamSet &>(params).device.get();
     if (kind == KernelKind::LossConstantGradient) {
       const GpuLoss *code = lazy<GpuLoss>(lossConstantGradient_, [&] {
@@ -727,6 +730,7 @@ public:
   }
 
   Expected<std::shared_ptr<const Engine>> moveTo(int device, CompileInfo *info) const override {
+    ContextRestorer restore;
     auto g = std::make_shared<GpuEngine>(model_, options_);
     g->device_ = device;
     if (loss_) {
@@ -777,6 +781,7 @@ private:
 
 Expected<std::shared_ptr<const Engine>> makeGpuEngine(std::shared_ptr<const CompiledModel> model, int device,
                                                       const GpuBuildOptions &options, CompileInfo &info) {
+  ContextRestorer restore;
   auto g = std::make_shared<GpuEngine>(std::move(model), options);
   if (Error e = g->init(device, info))
     return e;

@@ -42,6 +42,17 @@ Expected<const CudaDriver *> driverAt(int device) {
   return *d;
 }
 
+ContextRestorer::ContextRestorer() {
+  auto d = CudaDriver::get();
+  if (d && !(*d)->cuCtxGetCurrent(&saved_))
+    driver_ = *d;
+}
+
+ContextRestorer::~ContextRestorer() {
+  if (driver_ && !CudaDriver::exiting())
+    driver_->cuCtxSetCurrent(saved_); // null (no context before) is a valid state to restore
+}
+
 Expected<DeviceMemory> DeviceMemory::allocate(int device, size_t bytes) {
   auto d = driverAt(device);
   if (!d)
@@ -57,6 +68,7 @@ Expected<DeviceMemory> DeviceMemory::allocate(int device, size_t bytes) {
 DeviceMemory::~DeviceMemory() {
   if (!ptr_ || CudaDriver::exiting())
     return;
+  ContextRestorer restore; // freed whenever the last owner lets go, on the caller's thread
   if (auto d = driverAt(device_))
     (*d)->cuMemFree(ptr_);
 }
@@ -165,6 +177,7 @@ Expected<std::shared_ptr<GpuModule>> GpuModule::load(int device, std::span<const
 GpuModule::~GpuModule() {
   if (!module_ || CudaDriver::exiting())
     return;
+  ContextRestorer restore;
   if (auto d = driverAt(device_))
     (*d)->cuModuleUnload(module_);
 }

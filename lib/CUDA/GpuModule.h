@@ -25,6 +25,22 @@ Expected<const CudaDriver *> driverAt(int device);
 /// for the device before it returns).
 using Queue = std::optional<CUstream>;
 
+/// Puts the thread's current context back when it goes out of scope. Each
+/// call makes its device's primary context current (driverAt); left so, a
+/// call on cuda:1 would move another library on the same thread (PyTorch,
+/// whose current device is the current context's) onto cuda:1.
+class ContextRestorer {
+public:
+  ContextRestorer();
+  ~ContextRestorer();
+  ContextRestorer(const ContextRestorer &) = delete;
+  ContextRestorer &operator=(const ContextRestorer &) = delete;
+
+private:
+  const CudaDriver *driver_ = nullptr;
+  CUcontext saved_ = nullptr;
+};
+
 /// This thread's StreamScope's stream for a call on `device`; an error when
 /// the stream is another device's.
 Expected<Queue> currentQueue(int device);

@@ -332,6 +332,10 @@ CUresult cuCtxSetCurrent(void *ctx) {
   current = static_cast<Context *>(ctx);
   return kSuccess;
 }
+CUresult cuCtxGetCurrent(void **ctx) {
+  *ctx = current;
+  return kSuccess;
+}
 CUresult cuCtxSynchronize() {
   NEED_CONTEXT();
   ++state().counters["synchronize"];

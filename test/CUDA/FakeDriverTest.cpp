@@ -398,6 +398,46 @@ TEST_CASE("a loss can leave its value on the device: queued on the caller's stre
         "reduction is none: there is no reduced loss to leave in 'value'");
 }
 
+TEST_CASE("hsnn's GPU calls leave the thread's current context as they found it") {
+  Fake fake;
+  if (!cudaMethodAvailable())
+    return;
+  TempCache cache;
+  using Ctx = void *;
+  auto retain = reinterpret_cast<int (*)(Ctx *, int)>(::dlsym(fake.lib, "cuDevicePrimaryCtxRetain"));
+  auto setCurrent = reinterpret_cast<int (*)(Ctx)>(::dlsym(fake.lib, "cuCtxSetCurrent"));
+  auto getCurrent = reinterpret_cast<int (*)(Ctx *)>(::dlsym(fake.lib, "cuCtxGetCurrent"));
+  REQUIRE((retain && setCurrent && getCurrent));
+  // What PyTorch leaves on its thread: its current device's primary context (cuda:0); hsnn runs on cuda:1.
+  Ctx mine = nullptr;
+  REQUIRE(retain(&mine, 0) == 0);
+  auto current = [&] {
+    Ctx now = nullptr;
+    REQUIRE(getCurrent(&now) == 0);
+    return now;
+  };
+  REQUIRE(setCurrent(mine) == 0);
+  auto layer = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 1});
+  REQUIRE_OK_EXPECTED(layer);
+  auto loss = Loss::compile("mse", {}, {.method = Method::Cuda, .gpuId = 1});
+  REQUIRE_OK_EXPECTED(loss);
+  CHECK(current() == mine);
+  auto b1 = getBackend("cuda:1");
+  REQUIRE(b1);
+  auto z = (*b1)->allocate(3000, DType::F32), a = (*b1)->allocate(3000, DType::F32), d = (*b1)->allocate(3000, DType::F32),
+       v = (*b1)->allocate(1, DType::F32);
+  REQUIRE((z && a && d && v));
+  REQUIRE(setCurrent(mine) == 0); // the backend's own calls are the caller's to place
+  REQUIRE_OK(layer->fused(*z, *a, *d, 1000));
+  CHECK(current() == mine);
+  REQUIRE_OK(layer->setConstant(1, "alpha", 3.0));
+  CHECK(current() == mine);
+  REQUIRE_OK(loss->fused(*z, *z, *a, *v));
+  CHECK(current() == mine);
+  REQUIRE_OK(layer->setGpuId(2));
+  CHECK(current() == mine);
+}
+
 TEST_CASE("layers with more nodes than grid.y holds launch in chunks") {
   Fake fake;
   if (!cudaMethodAvailable())
