@@ -602,9 +602,12 @@ int runBench(std::span<const std::string_view> args) {
   if (gpu)
     fmt::print("reference: cuMemcpyDtoD of the same bytes, measured after each kernel (\"stream ms\")\n");
   fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8} {:>11} {:>8}\n", "", "variant", "dtype", "ms", "GB/s", "stream ms", "x_limit");
+  // Per-call latencies are microseconds: four decimals below 1 ms, where
+  // two printed 0.00.
+  auto ms = [](double v) { return v < 1 ? fmt::format("{:.4f}", v) : fmt::format("{:.2f}", v); };
   for (const Result &r : results)
-    fmt::print("{:<4} {:<26} {:<5} {:>10.2f} {:>8.2f} {:>11.2f} {:>8.2f}\n", r.workload, r.variant, r.dtype, r.ms, r.gbps,
-               r.streamMs, r.xLimit);
+    fmt::print("{:<4} {:<26} {:<5} {:>10} {:>8.2f} {:>11} {:>8.2f}\n", r.workload, r.variant, r.dtype, ms(r.ms), r.gbps,
+               ms(r.streamMs), r.xLimit);
   if (!ratios.empty()) {
     fmt::print("batch_major / nodes_major, the layers' calls alternating (median of {} pairs):", ratios[0].pairs);
     for (const LayoutRatio &r : ratios)
