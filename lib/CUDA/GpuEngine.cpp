@@ -283,6 +283,20 @@ private:
     uint64_t grid = std::clamp<uint64_t>((n + block - 1) / block, 1, module_->fullGrid(kernel));
     return {unsigned(grid), unsigned(block), int64_t(grid * block / kWarp)};
   }
+  /// The loss kernel `kernel` over n elements, a partial sum per warp into
+  /// `partials` (summing kinds).
+  Error launchLoss(size_t kernel, const Shape &s, CUdeviceptr yp, CUdeviceptr yt, CUdeviceptr out, CUdeviceptr prm,
+                   size_t n, double scale, CUdeviceptr partials, Queue queue) const {
+    int64_t count = int64_t(n);
+    float scale32 = float(scale);
+    void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
+    return module_->launch(kernel, args, s.grid, 1, s.block, queue);
+  }
+  /// The value kernel: value[0] = T(the sum of `warps` partials / divisor).
+  Error launchValue(CUdeviceptr partials, int64_t warps, CUdeviceptr value, double divisor, Queue queue) const {
+    void *args[] = {&partials, &warps, &value, &divisor};
+    return module_->launch(sumKernel_ + 1, args, 1, 1, sumKernelThreads(uint64_t(warps)), queue);
+  }
   size_t sumKernel_ = kLossKinds.size(); // then the value kernel
   // Partial sums (slot 0) and device copies of host arrays (1-3); runs of
   // one loss take turns.
@@ -434,15 +448,13 @@ Expected<double> GpuLoss::runLocked(KernelKind kind, CUdeviceptr yp, CUdeviceptr
   if (n == 0)
     return 0.0;
   size_t k = groupIndex(kind);
-  auto [grid, block, warps] = shape(k, n);
+  Shape s = shape(k, n);
+  int64_t warps = s.warps;
   auto scratch = scratch_.get(device(), 0, (size_t(warps) + 1) * sizeof(double)); // partials, then the total
   if (!scratch)
     return scratch.takeError();
   CUdeviceptr partials = *scratch, total = partials + size_t(warps) * sizeof(double);
-  int64_t count = int64_t(n);
-  float scale32 = float(scale);
-  void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
-  if (Error e = module_->launch(k, args, grid, 1, block, queue))
+  if (Error e = launchLoss(k, s, yp, yt, out, prm, n, scale, partials, queue))
     return e;
   if (!kindInfo(kind).summing) {
     if (Error e = module_->finish(queue))
@@ -468,16 +480,13 @@ Error GpuLoss::runToDevice(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUde
     return d.error();
   const CudaDriver &driver = **d;
   if (n == 0) { // a sum of nothing: the value kernel alone writes its 0
-    CUdeviceptr none = 0;
-    int64_t zero = 0;
-    void *valueArgs[] = {&none, &zero, &value, &divisor};
-    if (Error e = module_->launch(sumKernel_ + 1, valueArgs, 1, 1, sumKernelThreads(0), queue))
+    if (Error e = launchValue(0, 0, value, divisor, queue))
       return e;
     return module_->finish(queue);
   }
   size_t k = groupIndex(kind);
-  auto [grid, block, warps] = shape(k, n);
-  size_t bytes = size_t(warps) * sizeof(double);
+  Shape s = shape(k, n);
+  size_t bytes = size_t(s.warps) * sizeof(double);
   std::unique_lock lock(scratchMutex_, std::defer_lock);
   CUdeviceptr partials = 0;
   // (The version, not only the symbols: a driver reports what it supports.)
@@ -493,13 +502,9 @@ Error GpuLoss::runToDevice(KernelKind kind, CUdeviceptr yp, CUdeviceptr yt, CUde
       return scratch.takeError();
     partials = *scratch;
   }
-  int64_t count = int64_t(n);
-  float scale32 = float(scale);
-  void *args[] = {&yp, &yt, &out, &prm, &count, dtype_ == DType::F32 ? static_cast<void *>(&scale32) : &scale, &partials};
-  void *valueArgs[] = {&partials, &warps, &value, &divisor};
-  Error e = module_->launch(k, args, grid, 1, block, queue);
+  Error e = launchLoss(k, s, yp, yt, out, prm, n, scale, partials, queue);
   if (!e)
-    e = module_->launch(sumKernel_ + 1, valueArgs, 1, 1, sumKernelThreads(uint64_t(warps)), queue);
+    e = launchValue(partials, s.warps, value, divisor, queue);
   if (streamOrdered) {
     // Freed in stream order, after the kernels, even when a launch failed.
     if (CUresult r = driver.cuMemFreeAsync(partials, *queue); r && !e)
