@@ -159,6 +159,18 @@ if "$J" compile --help > /dev/null 2>&1 && ! "$J" compile x.json --emit obj 2>&1
     [ "$(grep -c 'call <4 x float> @_ZGVbN4v_expf' "$dir/mvec.ll")" -ge 2 ] && ! grep -q '@expf(' "$dir/mvec.ll" &&
       pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL libmvec calls per register: $(grep -o '@[_A-Za-z0-9]*expf' "$dir/mvec.ll" | sort | uniq -c)"; }
   fi
+  # With FMA the math is inline: the object needs no library at all (the
+  # header says so); without FMA it names libmvec's vector functions.
+  printf '%s' '{"name": "lib", "nodes": [{"formula": "gelu"}, {"formula": "sin(num)*tanh(num)"}, {"formula": "atan(num)**2.5 + log1p(num**2)"}]}' > "$dir/lib.json"
+  "$J" compile "$dir/lib.json" --emit obj --cpu haswell -o "$dir/lib-fma.o" && "$J" compile "$dir/lib.json" --emit obj --cpu x86-64 -o "$dir/lib-sse.o" &&
+    "$J" compile "$dir/lib.json" --emit header -o "$dir/lib.h"
+  undefinedFma=$(nm -u "$dir/lib-fma.o" 2> /dev/null | awk '{print $2}' | tr '\n' ' ')
+  if [ -s "$dir/lib-fma.o" ] && [ -z "$undefinedFma" ] && nm -u "$dir/lib-sse.o" | grep -q '_ZGVbN4v_erfcf' &&
+     grep -q 'Objects for a CPU with FMA (x86-64-v3 or newer, aarch64) call no library' "$dir/lib.h"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); echo "FAIL link needs: FMA object needs '$undefinedFma'; without FMA: $(nm -u "$dir/lib-sse.o" | wc -l) symbols"
+  fi
   # A number no double holds: a clear error, not an uncaught exception (exit 134).
   printf '%s' '{"name": "m", "nodes": [{"formula": "num*c", "constants": {"c": 1e999}}]}' > "$dir/huge.json"
   expect compile-huge-number 1 "hsnn-jit compile: error: $dir/huge.json: invalid JSON: number overflow parsing '1e999'" -- compile "$dir/huge.json" --emit obj -o "$dir/x.o"

@@ -39,7 +39,8 @@ Compiles a layer or loss described in SPEC.json ahead of time:
 then runs f^(K), NAME_backward err * f^(K+1) (losses: NAME_elements the K-th
 derivative in y_pred); compile one spec per order an application needs.
 obj + header give C entry points that need no LLVM, TBB or hsnn at link time
-(link with -lmvec -lm); see the header for the ABI. ptx: GPU kernels for
+(and no library at all for a --cpu with FMA; without FMA, -lmvec -lm); see
+the header for the ABI. ptx: GPU kernels for
 --gpu-arch (what LLVM 19 knows, sm_50..sm_90a; default sm_80), no GPU needed; cubin runs ptxas on
 it. OUT defaults to NAME.o, NAME.s, NAME.ll, NAME.h, NAME.ptx or NAME.cubin;
 -o - writes to standard output. --target takes x86_64 and aarch64 triples;
