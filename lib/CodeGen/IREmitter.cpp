@@ -8,6 +8,7 @@
 #include "IREmitter.h"
 #include "Lowering.h"
 
+#include <llvm/Analysis/VectorUtils.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
@@ -65,10 +66,20 @@ public:
     // AVX-512: 3-14% less time an element over exp, log, log1p, tanh,
     // sigmoid, sin, erf, erfc and gelu, both dtypes; four registers gave
     // 4-22% but 2.4x the W1 layer's cold compile (40 -> 97 ms; two: 56).
-    // Losses keep one: their double sums over two registers' lanes took mse's
-    // mean from 1.95 to 3.2 ms (2^24 floats, two threads; bce's 10.2 -> 9.6).
+    // f32 loss sums too: a step's terms are added in groups of one register
+    // of doubles before the compensated sum (Sum), which then runs over one
+    // register: its adds, on the two add ports, were what the loop waited
+    // on (llvm-mca znver3: 9.5 cycles a step of 8 floats for mse). One
+    // thread, 2^16 floats in cache, A/B, AVX-512 (AVX2): the means of mse
+    // 0.48x (0.59x), huber 0.56x (0.63x), bce 0.75x (0.80x) the time with
+    // one register of terms a step and a sum as wide. f64 sums keep one
+    // register and no groups: a double add of two doubles rounds, which
+    // the compensation would not see (4 ulp off in a sum of condition 6e4,
+    // where it is within 1), and exact group adds cost what they save.
+    // The constants' gradients keep one register too.
+    const bool groupedSum = kindInfo(r.kind).summing && et->isFloatTy();
     unsigned lanes = std::max(1u, opt_.vectorBits / elemBits);
-    if (!kindInfo(r.kind).constants && !kindInfo(r.kind).summing)
+    if ((!kindInfo(r.kind).constants && !kindInfo(r.kind).summing) || groupedSum)
       lanes *= kElementwiseRegisters;
     auto *vt = FixedVectorType::get(et, lanes);
     Align align(elemBits / 8);
@@ -108,7 +119,7 @@ public:
     size_t numSums = reduces ? p.outputs.size() : kindInfo(r.kind).summing ? 1 : 0;
     std::vector<Sum> sums;
     for (size_t j = 0; j < numSums; ++j)
-      sums.emplace_back(b, lanes, true);
+      sums.emplace_back(b, groupedSum ? std::max(1u, opt_.vectorBits / 64) : lanes, true);
     for (Sum &sum : sums)
       sum.start(entry);
     Value *rem = b.CreateSub(n, idx, "rem");
@@ -261,8 +272,14 @@ private:
   // Every sum carries a Neumaier compensation per lane (f32 losses' too: an
   // AOT _sum of 10^7 f32 terms drifted 4.5e3 ulp of the double), so a
   // sum of millions of elements stays within a few ulp of the exact sum; the
-  // lanes are added in lane order at the end. Every step's order is fixed by
-  // n alone: the same bits each run.
+  // lanes are added in lane order at the end. A step of more f32 terms
+  // than lanes adds them in groups of the sum's width first, plainly: the
+  // sum of two floats in double is exact unless their exponents are 29
+  // apart, and rounds by at most 2^-53 of the group's magnitudes anyway, so
+  // the groups cost at most 2^-53 of the sum of |terms| (under an ulp of the
+  // sum where the terms have one sign; 2^-29 of an f32 ulp for sums of
+  // condition up to 2^24). Every step's order is fixed by n alone: the same
+  // bits each run.
   class Sum {
   public:
     Sum(IRBuilder<> &b, unsigned lanes, bool compensated)
@@ -278,8 +295,16 @@ private:
     }
 
     Value *add(Value *loss, Value *mask) {
-      Value *x = loss->getType()->getScalarType()->isFloatTy() ? b_.CreateFPExt(loss, vt_) : loss;
-      x = b_.CreateSelect(mask, x, Constant::getNullValue(vt_));
+      auto *terms = cast<FixedVectorType>(loss->getType());
+      auto *wide = FixedVectorType::get(b_.getDoubleTy(), terms->getNumElements());
+      Value *x = terms->getElementType()->isFloatTy() ? b_.CreateFPExt(loss, wide) : loss;
+      x = b_.CreateSelect(mask, x, Constant::getNullValue(wide));
+      if (unsigned width = vt_->getNumElements(); width < wide->getNumElements()) {
+        Value *group = x;
+        x = b_.CreateShuffleVector(group, createSequentialMask(0, width, 0), "terms");
+        for (unsigned from = width; from < wide->getNumElements(); from += width)
+          x = b_.CreateFAdd(x, b_.CreateShuffleVector(group, createSequentialMask(from, width, 0)), "terms");
+      }
       sNext_ = b_.CreateFAdd(s_, x, "sum.next");
       if (compensated_)
         cNext_ = b_.CreateFAdd(c_, neumaierError(s_, x, sNext_), "comp.next");
