@@ -12,6 +12,7 @@
 #pragma once
 
 #include <llvm/ADT/ArrayRef.h>
+#include <llvm/ADT/STLFunctionalExtras.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -144,6 +145,17 @@ private:
     return b.CreateCall(llvm::Intrinsic::getDeclaration(module(), id, {t}), args);
   }
 };
+
+using MathBody = llvm::function_ref<llvm::Value *(MathEmitter &, llvm::Value *)>;
+
+/// What `full` computes for x, computed as `ordinary` does where no lane of
+/// x is `special` (an i1 per lane): one test and a branch, rarely taken, to
+/// a cold out-of-line function computing `full` (named hsnn.math.NAME...).
+/// `ordinary` must give full's bits on every lane that is not special, so
+/// that the result does not depend on a lane's neighbours. For the special
+/// cases' selects, which took as long as the rest of log (InlineMath.cpp).
+llvm::Value *withRareLanes(MathEmitter &m, llvm::StringRef name, llvm::Value *x, MathBody special, MathBody ordinary,
+                           MathBody full);
 
 /// (exp(r) - 1)/r for |r| <= ln2/2, the polynomial exp and expm1 use
 /// (InlineMath.cpp).
