@@ -128,12 +128,27 @@ Value *expm1OverR(MathEmitter &m, Value *r) {
   return m.isF32() ? m.horner(r, ArrayRef(kExpP)) : m.hornerEvenOdd(r, ArrayRef(kExpP64));
 }
 
-Value *emitExp(IRBuilder<> &b, Value *x) {
-  MathEmitter m(b, x->getType());
+namespace {
+Value *expFull(MathEmitter &m, Value *x) {
   // Past these, the result is 0 or inf anyway; NaN passes through.
   x = m.isF32() ? m.clamp(x, -104, 89) : m.clamp(x, -746, 710);
   auto [k, r] = m.reduceLn2(x);
   return m.scaleByPow2(m.fma(expm1OverR(m, r), r, m.c(1)), k);
+}
+} // namespace
+
+// Where |x| <= 87 (floats) or 708 (doubles), and for NaN, the result and
+// 2^k are normal: no clamps, and 2^k in one factor, as exact as
+// scaleByPow2's two there. Past those, expFull, rarely.
+Value *emitExp(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  return withRareLanes(
+      m, "exp", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(e.isF32() ? 87 : 708)); },
+      [](MathEmitter &e, Value *v) {
+        auto [k, r] = e.reduceLn2(v);
+        return e.mul(e.fma(expm1OverR(e, r), r, e.c(1)), e.pow2(k));
+      },
+      expFull);
 }
 
 namespace {
