@@ -18,7 +18,8 @@
 //     exp's reduction and polynomial, exp(-lo) = 1 - lo folded into e;
 //   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
 // 2^k is applied as 2^(k+64) then 2^-64, so results in the subnormal range
-// round once. Floats: 1.75 ulp worst over every float, against 3.1 for
+// round once (past |x| = 9 or 26 only: below, the result is normal and 2^k
+// one factor, and a vector without such a lane skips the clamps too). Floats: 1.75 ulp worst over every float, against 3.1 for
 // glibc's erfcf, and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24
 // floats on one thread (AVX-512). NaN passes through; x < 0 gives
 // 2 - erfc(|x|).
@@ -70,16 +71,24 @@ constexpr double kErfTailF64[] = {
     -0x1.3412ce8f1a28p-28,  0x1.2de530d637cfap-31, -0x1.6ac78f204dfddp-35, 0x1.93904b5ecffc2p-40};
 constexpr double kErfSplit = 0.875;
 
-/// erfc(a) for a >= 0 (or NaN).
-Value *erfcOfMagnitude(MathEmitter &m, Value *a) {
+// Below these, erfc's result and its 2^k are normal (erfc(9) = 4e-37,
+// erfc(26) = 6e-296), so 2^k is one factor and no clamp is needed.
+double normalUpTo(const MathEmitter &m) { return m.isF32() ? 9 : 26; }
+
+/// erfc(a) for a >= 0 (or NaN); normalOnly: for a <= normalUpTo(m).
+Value *erfcOfMagnitude(MathEmitter &m, Value *a, bool normalOnly) {
   bool f32 = m.isF32();
-  a = m.atMost(a, f32 ? 11 : 27.3); // erfc is 0 past these
-  Value *t1 = m.div(m.add(a, a), m.add(a, m.c(2)));
+  if (!normalOnly)
+    a = m.atMost(a, f32 ? 11 : 27.3); // erfc is 0 past these
+  Value *twoA = m.add(a, a);
+  Value *t1 = m.div(twoA, m.add(a, m.c(2)));
   Value *p = m.mul(f32 ? m.hornerEvenOdd(m.sub(t1, m.c(1)), ArrayRef(kErfcF32)) : m.hornerEvenOdd(m.sub(t1, m.c(1)), ArrayRef(kErfcF64)),
                    t1);
 
-  Value *s = m.fma(a, m.c(2), m.c(1));
-  Value *err = m.fma(a, m.c(2), m.sub(m.c(1), s)); // 1 - s is exact for s >= 1
+  // 2a is exact, so these are fma(a, 2, ...) on the add ports; 1 - s is
+  // exact for s >= 1, and so is err = (2a + 1) - s.
+  Value *s = m.add(twoA, m.c(1));
+  Value *err = m.add(twoA, m.sub(m.c(1), s));
   Value *d = m.div(m.c(1), s);
   Value *e = m.fma(m.neg(s), d, m.c(1));
   e = m.fma(m.neg(err), d, e);
@@ -92,16 +101,27 @@ Value *erfcOfMagnitude(MathEmitter &m, Value *a) {
   Value *v = m.add(m.fma(p, e, p), e);
   Value *w = m.add(m.fma(v, u, v), u);
   Value *res = m.fma(d, w, d);
+  if (normalOnly)
+    return m.mul(res, m.pow2(k)); // exact: a normal result
   Value *scale = m.pow2(m.b.CreateAdd(k, m.ci(64)));
   return m.mul(m.mul(res, scale), m.c(0x1p-64));
 }
 
+Value *signedErfc(MathEmitter &m, Value *x, bool normalOnly) {
+  Value *res = erfcOfMagnitude(m, m.fabs(x), normalOnly);
+  return m.select(m.lt(x, m.c(0)), m.sub(m.c(2), res), res);
+}
+
 } // namespace
 
+// |x| past normalUpTo (a subnormal or zero result, or 2) is rare: those
+// vectors take the clamp and the two-factor 2^k, the same bits elsewhere.
 Value *emitErfc(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
-  Value *res = erfcOfMagnitude(m, m.fabs(x));
-  return m.select(m.lt(x, m.c(0)), m.sub(m.c(2), res), res);
+  return withRareLanes(
+      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); },
+      [](MathEmitter &e, Value *v) { return signedErfc(e, v, true); },
+      [](MathEmitter &e, Value *v) { return signedErfc(e, v, false); });
 }
 
 Value *emitErf(IRBuilder<> &b, Value *x) {
