@@ -201,6 +201,54 @@ TEST_CASE("property: loss gradients and sums have the same bits on every path an
   }
 }
 
+namespace {
+/// The sum in 113-bit arithmetic, rounded once to double.
+template <class T> double exactSum(const std::vector<T> &terms) {
+  __float128 sum = 0;
+  for (T x : terms)
+    sum += x;
+  return double(sum);
+}
+
+/// y_pred - y_true summed over yp (y_true = 0: the terms are yp's) by
+/// cpu_jit, the interpreter and an AOT object's NAME_sum over the whole
+/// array in one call (the JIT's calls take 16384 elements each), each
+/// within 2 ulp of `want`.
+template <class T>
+void expectSumsWithin2Ulp(const char *aotName, const std::vector<T> &yp, const std::vector<T> &yt, double want) {
+  const char *formula = "y_pred - y_true";
+  const DType dtype = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  for (Method m : {Method::CpuJit, Method::CpuInterp}) {
+    if (m == Method::CpuJit && !runtimeInfo().cpuJitEnabled)
+      continue;
+    CAPTURE(to_string(m));
+    auto loss = Loss::compile(formula, {}, {.method = m, .dtype = dtype, .reduction = Reduction::Sum});
+    REQUIRE_OK_EXPECTED(loss);
+    auto sum = loss->forward(yp, yt);
+    REQUIRE_OK_EXPECTED(sum);
+    CAPTURE(*sum);
+    CHECK(ulpDistance(*sum, want) <= 2);
+  }
+  if (!runtimeInfo().cpuJitEnabled)
+    return;
+  auto art = compileLossAot(aotName, formula, {}, dtype);
+  REQUIRE_OK_EXPECTED(art);
+  auto jit = detail::HostJIT::get();
+  REQUIRE_OK_EXPECTED(jit);
+  std::vector<std::vector<char>> objects = {art->bytes};
+  std::vector<std::string> symbols = {std::string(aotName) + "_sum"};
+  auto lib = (*jit)->load(objects, symbols, nullptr);
+  REQUIRE_OK_EXPECTED(lib);
+  using SumFn = double (*)(const T *, const T *, T *, const double *, int64_t, T);
+  auto fn = reinterpret_cast<SumFn>((*lib)->address(symbols[0]));
+  REQUIRE(static_cast<bool>(fn));
+  double params[1] = {0};
+  double aot = fn(yp.data(), yt.data(), nullptr, params, int64_t(yp.size()), T(1));
+  CAPTURE(aot);
+  CHECK(ulpDistance(aot, want) <= 2);
+}
+} // namespace
+
 TEST_CASE("f64 loss sums of 10^6 elements are within 2 ulp of the exact sum: JIT, AOT and interpreter") {
   // Positive terms of one magnitude (losses are mostly non-negative): a
   // sequential sum drifts by tens of ulp over a million of them.
@@ -210,42 +258,10 @@ TEST_CASE("f64 loss sums of 10^6 elements are within 2 ulp of the exact sum: JIT
   std::vector<double> yp(n), yt(n, 0.0);
   for (double &v : yp)
     v = u(rng) + 0.5;
-  __float128 exactSum = 0; // 113-bit significand: exact for these terms
-  for (double x : yp)
-    exactSum += x;
-  const double want = double(exactSum);
+  const double want = exactSum(yp); // the 113-bit sum is exact for these terms
   CAPTURE(want);
   // y_pred - y_true is exact with y_true = 0, so the elements are the terms.
-  const char *formula = "y_pred - y_true";
-  for (Method m : {Method::CpuJit, Method::CpuInterp}) {
-    if (m == Method::CpuJit && !runtimeInfo().cpuJitEnabled)
-      continue;
-    CAPTURE(to_string(m));
-    auto loss = Loss::compile(formula, {}, {.method = m, .dtype = DType::F64, .reduction = Reduction::Sum});
-    REQUIRE_OK_EXPECTED(loss);
-    auto sum = loss->forward(yp, yt);
-    REQUIRE_OK_EXPECTED(sum);
-    CAPTURE(*sum);
-    CHECK(ulpDistance(*sum, want) <= 2);
-  }
-  if (!runtimeInfo().cpuJitEnabled)
-    return;
-  // The AOT object sums the whole array in one call.
-  auto art = compileLossAot("sum_check", formula, {}, DType::F64);
-  REQUIRE_OK_EXPECTED(art);
-  auto jit = detail::HostJIT::get();
-  REQUIRE_OK_EXPECTED(jit);
-  std::vector<std::vector<char>> objects = {art->bytes};
-  std::vector<std::string> symbols = {"sum_check_sum"};
-  auto lib = (*jit)->load(objects, symbols, nullptr);
-  REQUIRE_OK_EXPECTED(lib);
-  using SumFn = double (*)(const double *, const double *, double *, const double *, int64_t, double);
-  auto fn = reinterpret_cast<SumFn>((*lib)->address(symbols[0]));
-  REQUIRE(static_cast<bool>(fn));
-  double params[1] = {0};
-  double aot = fn(yp.data(), yt.data(), nullptr, params, int64_t(n), 1.0);
-  CAPTURE(aot);
-  CHECK(ulpDistance(aot, want) <= 2);
+  expectSumsWithin2Ulp("sum_check", yp, yt, want);
 }
 
 TEST_CASE("f32 loss sums of 10^6 elements are within 2 ulp of the exact sum in double, terms of any spread") {
@@ -262,40 +278,9 @@ TEST_CASE("f32 loss sums of 10^6 elements are within 2 ulp of the exact sum in d
     std::vector<float> yp(n), yt(n, 0.0f);
     for (float &v : yp)
       v = float(std::ldexp(u(rng), e(rng)));
-    __float128 exactSum = 0; // 113 bits: exact for floats 2^61 apart, 2^20 of them
-    for (float x : yp)
-      exactSum += x;
-    const double want = double(exactSum);
+    const double want = exactSum(yp); // 113 bits: exact for floats 2^61 apart, 2^20 of them
     CAPTURE(want);
-    for (Method m : {Method::CpuJit, Method::CpuInterp}) {
-      if (m == Method::CpuJit && !runtimeInfo().cpuJitEnabled)
-        continue;
-      CAPTURE(to_string(m));
-      auto loss = Loss::compile("y_pred - y_true", {}, {.method = m, .dtype = DType::F32, .reduction = Reduction::Sum});
-      REQUIRE_OK_EXPECTED(loss);
-      auto sum = loss->forward(yp, yt);
-      REQUIRE_OK_EXPECTED(sum);
-      CAPTURE(*sum);
-      CHECK(ulpDistance(*sum, want) <= 2);
-    }
-    if (!runtimeInfo().cpuJitEnabled)
-      continue;
-    // One AOT call sums the whole array (the JIT's calls take 16384 elements each).
-    auto art = compileLossAot("sum_check32", "y_pred - y_true", {}, DType::F32);
-    REQUIRE_OK_EXPECTED(art);
-    auto jit = detail::HostJIT::get();
-    REQUIRE_OK_EXPECTED(jit);
-    std::vector<std::vector<char>> objects = {art->bytes};
-    std::vector<std::string> symbols = {"sum_check32_sum"};
-    auto lib = (*jit)->load(objects, symbols, nullptr);
-    REQUIRE_OK_EXPECTED(lib);
-    using SumFn = double (*)(const float *, const float *, float *, const double *, int64_t, float);
-    auto fn = reinterpret_cast<SumFn>((*lib)->address(symbols[0]));
-    REQUIRE(static_cast<bool>(fn));
-    double params[1] = {0};
-    double aot = fn(yp.data(), yt.data(), nullptr, params, int64_t(n), 1.0f);
-    CAPTURE(aot);
-    CHECK(ulpDistance(aot, want) <= 2);
+    expectSumsWithin2Ulp("sum_check32", yp, yt, want);
   }
 }
 
