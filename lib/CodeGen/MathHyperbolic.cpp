@@ -44,47 +44,96 @@ Value *emitTanh(IRBuilder<> &b, Value *x) {
   return m.copysign(m.div(m.neg(e), m.add(e, m.c(2))), x);
 }
 
-Value *emitSinh(IRBuilder<> &b, Value *x) {
-  MathEmitter m(b, x->getType());
+namespace {
+/// |x| at or past farTail (or NaN): the lanes of sinh and cosh that need
+/// e^a/2 in two halves, a second exponential the others do not compute.
+Value *pastFarTail(MathEmitter &m, Value *x) { return m.b.CreateFCmpUGE(m.fabs(x), m.c(farTail(m))); }
+
+/// sinh(x); below: for |x| < farTail only (the same operations there).
+Value *sinhBody(MathEmitter &m, Value *x, bool below) {
+  IRBuilder<> &b = m.b;
   Value *a = m.fabs(x);
-  Value *e = emitExpm1(b, m.atMost(a, farTail(m)));
+  Value *e = emitExpm1(b, below ? a : m.atMost(a, farTail(m)));
   Value *ratio = m.div(e, m.add(e, m.c(1)));
   Value *below1 = m.mul(m.c(0.5), m.sub(m.add(e, e), m.mul(e, ratio)));
   Value *mid = m.mul(m.c(0.5), m.add(e, ratio));
-  Value *r = m.select(m.lt(a, m.c(1)), below1, m.select(m.lt(a, m.c(farTail(m))), mid, halfExpLarge(b, m, a)));
-  return m.copysign(r, x);
+  Value *beyond1 = below ? mid : m.select(m.lt(a, m.c(farTail(m))), mid, halfExpLarge(b, m, a));
+  return m.copysign(m.select(m.lt(a, m.c(1)), below1, beyond1), x);
 }
 
-Value *emitCosh(IRBuilder<> &b, Value *x) {
-  MathEmitter m(b, x->getType());
+/// cosh(x); below: for |x| < farTail only.
+Value *coshBody(MathEmitter &m, Value *x, bool below) {
+  IRBuilder<> &b = m.b;
   Value *a = m.fabs(x);
-  Value *capped = m.atMost(a, farTail(m));
+  Value *capped = below ? a : m.atMost(a, farTail(m));
   Value *e = emitExpm1(b, capped);
   Value *nearZero = m.add(m.c(1), m.div(m.mul(e, e), m.mul(m.c(2), m.add(e, m.c(1)))));
   Value *big = emitExp(b, capped);
   Value *mid = m.fma(m.c(0.5), big, m.div(m.c(0.5), big));
-  return m.select(m.lt(a, m.c(0.5 * kLn2)), nearZero,
-                  m.select(m.lt(a, m.c(farTail(m))), mid, halfExpLarge(b, m, a)));
+  Value *beyond = below ? mid : m.select(m.lt(a, m.c(farTail(m))), mid, halfExpLarge(b, m, a));
+  return m.select(m.lt(a, m.c(0.5 * kLn2)), nearZero, beyond);
+}
+} // namespace
+
+// Past farTail (9 for floats, 22 for doubles), rarely: withRareLanes.
+Value *emitSinh(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  return withRareLanes(
+      m, "sinh", x, pastFarTail, [](MathEmitter &e, Value *v) { return sinhBody(e, v, true); },
+      [](MathEmitter &e, Value *v) { return sinhBody(e, v, false); });
 }
 
-Value *emitAsinh(IRBuilder<> &b, Value *x) {
+Value *emitCosh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
+  return withRareLanes(
+      m, "cosh", x, pastFarTail, [](MathEmitter &e, Value *v) { return coshBody(e, v, true); },
+      [](MathEmitter &e, Value *v) { return coshBody(e, v, false); });
+}
+
+namespace {
+constexpr double kAsinhLarge = 0x1p28; // past it, log(a) + ln2
+
+/// asinh(x); moderateOnly: for |x| <= kAsinhLarge.
+Value *asinhBody(MathEmitter &m, Value *x, bool moderateOnly) {
+  IRBuilder<> &b = m.b;
   Value *a = m.fabs(x);
-  Value *big = m.gt(a, m.c(0x1p28));
-  Value *am = m.select(big, m.c(1), a); // keeps a^2 finite on the lanes that use the other form
+  Value *big = moderateOnly ? nullptr : m.gt(a, m.c(kAsinhLarge));
+  Value *am = big ? m.select(big, m.c(1), a) : a; // keeps a^2 finite on the lanes that use the other form
   Value *sq = m.mul(am, am);
   Value *moderate = emitLog1p(b, m.add(am, m.div(sq, m.add(m.c(1), m.sqrt(m.add(m.c(1), sq))))));
+  if (!big)
+    return m.copysign(moderate, x);
   Value *large = m.add(emitLog(b, a), m.c(kLn2));
   return m.copysign(m.select(big, large, moderate), x);
 }
 
+/// acosh(x); moderateOnly: for x <= kAsinhLarge.
+Value *acoshBody(MathEmitter &m, Value *x, bool moderateOnly) {
+  IRBuilder<> &b = m.b;
+  Value *big = moderateOnly ? nullptr : m.gt(x, m.c(kAsinhLarge));
+  Value *t = m.sub(big ? m.select(big, m.c(2), x) : x, m.c(1));
+  Value *r = emitLog1p(b, m.add(t, m.sqrt(m.mul(t, m.add(t, m.c(2))))));
+  if (big)
+    r = m.select(big, m.add(emitLog(b, x), m.c(kLn2)), r);
+  return m.select(m.lt(x, m.c(1)), m.c(NAN), r);
+}
+} // namespace
+
+// Their log form, past 2^28 (or NaN), only for vectors with such a lane.
+Value *emitAsinh(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  return withRareLanes(
+      m, "asinh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(e.fabs(v), e.c(kAsinhLarge)); },
+      [](MathEmitter &e, Value *v) { return asinhBody(e, v, true); },
+      [](MathEmitter &e, Value *v) { return asinhBody(e, v, false); });
+}
+
 Value *emitAcosh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
-  Value *big = m.gt(x, m.c(0x1p28));
-  Value *t = m.sub(m.select(big, m.c(2), x), m.c(1));
-  Value *moderate = emitLog1p(b, m.add(t, m.sqrt(m.mul(t, m.add(t, m.c(2))))));
-  Value *large = m.add(emitLog(b, x), m.c(kLn2));
-  return m.select(m.lt(x, m.c(1)), m.c(NAN), m.select(big, large, moderate));
+  return withRareLanes(
+      m, "acosh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(v, e.c(kAsinhLarge)); },
+      [](MathEmitter &e, Value *v) { return acoshBody(e, v, true); },
+      [](MathEmitter &e, Value *v) { return acoshBody(e, v, false); });
 }
 
 Value *emitAtanh(IRBuilder<> &b, Value *x) {
