@@ -124,6 +124,12 @@ Value *withRareLanes(MathEmitter &m, StringRef name, Value *x, MathBody special,
   return m.b.CreateCall(f, {x});
 }
 
+Value *withRareLanes(MathEmitter &m, StringRef name, Value *x, MathBody special, RestrictableBody body) {
+  return withRareLanes(
+      m, name, x, special, [body](MathEmitter &e, Value *v) { return body(e, v, true); },
+      [body](MathEmitter &e, Value *v) { return body(e, v, false); });
+}
+
 Value *expm1OverR(MathEmitter &m, Value *r) {
   return m.isF32() ? m.horner(r, ArrayRef(kExpP)) : m.hornerEvenOdd(r, ArrayRef(kExpP64));
 }

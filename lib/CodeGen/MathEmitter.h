@@ -157,6 +157,12 @@ using MathBody = llvm::function_ref<llvm::Value *(MathEmitter &, llvm::Value *)>
 llvm::Value *withRareLanes(MathEmitter &m, llvm::StringRef name, llvm::Value *x, MathBody special, MathBody ordinary,
                            MathBody full);
 
+/// The same where one body serves both: body(m, x, true) is the ordinary
+/// path, body(m, x, false) the full one.
+using RestrictableBody = llvm::Value *(*)(MathEmitter &, llvm::Value *, bool ordinaryOnly);
+llvm::Value *withRareLanes(MathEmitter &m, llvm::StringRef name, llvm::Value *x, MathBody special,
+                           RestrictableBody body);
+
 /// (exp(r) - 1)/r for |r| <= ln2/2, the polynomial exp and expm1 use
 /// (InlineMath.cpp).
 llvm::Value *expm1OverR(MathEmitter &m, llvm::Value *r);

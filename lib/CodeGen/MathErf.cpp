@@ -19,9 +19,10 @@
 //   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
 // 2^k is applied as 2^(k+64) then 2^-64, so results in the subnormal range
 // round once (past |x| = 9 or 26 only: below, the result is normal and 2^k
-// one factor, and a vector without such a lane skips the clamps too). Floats: 1.75 ulp worst over every float, against 3.1 for
-// glibc's erfcf, and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24
-// floats on one thread (AVX-512). NaN passes through; x < 0 gives
+// one factor, and a vector without such a lane skips the clamps too).
+// Floats: 1.75 ulp worst over every float, against 3.1 for glibc's erfcf,
+// and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24 floats on one
+// thread (AVX-512). NaN passes through; x < 0 gives
 // 2 - erfc(|x|).
 //
 // erf: x + x F(x^2) for |x| < 0.875 (F = erf(x)/x - 1, |F| <= 0.13, so
@@ -119,9 +120,7 @@ Value *signedErfc(MathEmitter &m, Value *x, bool normalOnly) {
 Value *emitErfc(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return withRareLanes(
-      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); },
-      [](MathEmitter &e, Value *v) { return signedErfc(e, v, true); },
-      [](MathEmitter &e, Value *v) { return signedErfc(e, v, false); });
+      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); }, signedErfc);
 }
 
 Value *emitErf(IRBuilder<> &b, Value *x) {

@@ -78,26 +78,22 @@ Value *coshBody(MathEmitter &m, Value *x, bool below) {
 // Past farTail (9 for floats, 22 for doubles), rarely: withRareLanes.
 Value *emitSinh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
-  return withRareLanes(
-      m, "sinh", x, pastFarTail, [](MathEmitter &e, Value *v) { return sinhBody(e, v, true); },
-      [](MathEmitter &e, Value *v) { return sinhBody(e, v, false); });
+  return withRareLanes(m, "sinh", x, pastFarTail, sinhBody);
 }
 
 Value *emitCosh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
-  return withRareLanes(
-      m, "cosh", x, pastFarTail, [](MathEmitter &e, Value *v) { return coshBody(e, v, true); },
-      [](MathEmitter &e, Value *v) { return coshBody(e, v, false); });
+  return withRareLanes(m, "cosh", x, pastFarTail, coshBody);
 }
 
 namespace {
-constexpr double kAsinhLarge = 0x1p28; // past it, log(a) + ln2
+constexpr double kLogFormFrom = 0x1p28; // asinh and acosh: past it, log(a) + ln2
 
-/// asinh(x); moderateOnly: for |x| <= kAsinhLarge.
+/// asinh(x); moderateOnly: for |x| <= kLogFormFrom.
 Value *asinhBody(MathEmitter &m, Value *x, bool moderateOnly) {
   IRBuilder<> &b = m.b;
   Value *a = m.fabs(x);
-  Value *big = moderateOnly ? nullptr : m.gt(a, m.c(kAsinhLarge));
+  Value *big = moderateOnly ? nullptr : m.gt(a, m.c(kLogFormFrom));
   Value *am = big ? m.select(big, m.c(1), a) : a; // keeps a^2 finite on the lanes that use the other form
   Value *sq = m.mul(am, am);
   Value *moderate = emitLog1p(b, m.add(am, m.div(sq, m.add(m.c(1), m.sqrt(m.add(m.c(1), sq))))));
@@ -107,10 +103,10 @@ Value *asinhBody(MathEmitter &m, Value *x, bool moderateOnly) {
   return m.copysign(m.select(big, large, moderate), x);
 }
 
-/// acosh(x); moderateOnly: for x <= kAsinhLarge.
+/// acosh(x); moderateOnly: for x <= kLogFormFrom.
 Value *acoshBody(MathEmitter &m, Value *x, bool moderateOnly) {
   IRBuilder<> &b = m.b;
-  Value *big = moderateOnly ? nullptr : m.gt(x, m.c(kAsinhLarge));
+  Value *big = moderateOnly ? nullptr : m.gt(x, m.c(kLogFormFrom));
   Value *t = m.sub(big ? m.select(big, m.c(2), x) : x, m.c(1));
   Value *r = emitLog1p(b, m.add(t, m.sqrt(m.mul(t, m.add(t, m.c(2))))));
   if (big)
@@ -123,17 +119,13 @@ Value *acoshBody(MathEmitter &m, Value *x, bool moderateOnly) {
 Value *emitAsinh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return withRareLanes(
-      m, "asinh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(e.fabs(v), e.c(kAsinhLarge)); },
-      [](MathEmitter &e, Value *v) { return asinhBody(e, v, true); },
-      [](MathEmitter &e, Value *v) { return asinhBody(e, v, false); });
+      m, "asinh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(e.fabs(v), e.c(kLogFormFrom)); }, asinhBody);
 }
 
 Value *emitAcosh(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return withRareLanes(
-      m, "acosh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(v, e.c(kAsinhLarge)); },
-      [](MathEmitter &e, Value *v) { return acoshBody(e, v, true); },
-      [](MathEmitter &e, Value *v) { return acoshBody(e, v, false); });
+      m, "acosh", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(v, e.c(kLogFormFrom)); }, acoshBody);
 }
 
 Value *emitAtanh(IRBuilder<> &b, Value *x) {
