@@ -177,6 +177,7 @@ public:
     mask->addIncoming(allLanes, loadFull);
     mask->addIncoming(partMask, loadPart);
     std::vector<std::pair<Value *, unsigned>> outputs;
+    std::vector<Value *> terms(numSums); // added to the sums where the stores are
     io.store = [&](Value *v, unsigned arg) { outputs.emplace_back(v, arg); };
     if (reduces) {
       // sum_j += err * d/dc_j (layers) or d/dc_j (losses), lane by lane.
@@ -194,7 +195,7 @@ public:
       auto wide = [&](Value *v) { return et->isFloatTy() ? b.CreateFPExt(v, dvt) : v; };
       for (size_t j = 0; j < numSums; ++j) {
         Value *term = wide(slot[p.outputs[j]]);
-        sums[j].add(loss ? term : b.CreateFMul(wide(io.preloaded[1]), term), mask);
+        terms[j] = loss ? term : b.CreateFMul(wide(io.preloaded[1]), term);
       }
     } else if (switched) {
       // One case per tape; the outputs meet in PHIs (the same kind: the
@@ -227,7 +228,7 @@ public:
         outputs.emplace_back(phi, caseOutputs[0][k].second);
       }
     } else {
-      io.accumulate = [&](Value *value) { return sums.front().add(value, mask); };
+      io.accumulate = [&](Value *value) { return terms.front() = value; };
       llvm::Expected<Value *> accNext = lowering_.element(b, r.kind, p, slot, io, nullptr);
       if (!accNext)
         return accNext.takeError();
@@ -235,6 +236,11 @@ public:
     b.CreateCondBr(full, storeFull, storePart);
     for (int part = 0; part < 2; ++part) {
       b.SetInsertPoint(part ? storePart : storeFull);
+      // Whole vectors add their terms unmasked: the select (and, in AVX2,
+      // widening the mask to each register of doubles) was as many
+      // instructions as mse's own (f32 mean, 16 terms a step).
+      for (size_t j = 0; j < numSums; ++j)
+        sums[j].add(terms[j], part ? mask : nullptr);
       for (auto [v, arg] : outputs) {
         if (strided)
           b.CreateMaskedScatter(v, addresses(b, arg), align, part ? mask : allLanes);
@@ -303,24 +309,39 @@ private:
       }
     }
 
-    Value *add(Value *loss, Value *mask) {
+    /// Adds a step's terms (the lanes in mask; all without one). Each
+    /// block that adds ends in the latch, which takes the new sum from the
+    /// block it came from.
+    void add(Value *loss, Value *mask) {
       auto *terms = cast<FixedVectorType>(loss->getType());
       auto *wide = FixedVectorType::get(b_.getDoubleTy(), terms->getNumElements());
       Value *x = terms->getElementType()->isFloatTy() ? b_.CreateFPExt(loss, wide) : loss;
-      x = b_.CreateSelect(mask, x, Constant::getNullValue(wide));
+      if (mask)
+        x = b_.CreateSelect(mask, x, Constant::getNullValue(wide));
       if (unsigned width = vt_->getNumElements(); width < wide->getNumElements()) {
         Value *group = x;
         x = b_.CreateShuffleVector(group, createSequentialMask(0, width, 0), "terms");
         for (unsigned from = width; from < wide->getNumElements(); from += width)
           x = b_.CreateFAdd(x, b_.CreateShuffleVector(group, createSequentialMask(from, width, 0)), "terms");
       }
-      sNext_ = b_.CreateFAdd(s_, x, "sum.next");
-      if (compensated_)
-        cNext_ = b_.CreateFAdd(c_, neumaierError(s_, x, sNext_), "comp.next");
-      return sNext_;
+      Value *s = b_.CreateFAdd(s_, x, "sum.next");
+      Value *c = compensated_ ? b_.CreateFAdd(c_, neumaierError(s_, x, s), "comp.next") : nullptr;
+      added_.push_back({b_.GetInsertBlock(), s, c});
     }
 
     void loop(BasicBlock *latch) {
+      IRBuilder<> front(latch, latch->begin());
+      auto merged = [&](Value *Added::*v) {
+        if (added_.size() == 1)
+          return added_.front().*v;
+        PHINode *phi = front.CreatePHI(vt_, unsigned(added_.size()));
+        for (const Added &a : added_)
+          phi->addIncoming(a.*v, a.block);
+        return static_cast<Value *>(phi);
+      };
+      sNext_ = merged(&Added::s);
+      if (c_)
+        cNext_ = merged(&Added::c);
       s_->addIncoming(sNext_, latch);
       if (c_)
         c_->addIncoming(cNext_, latch);
@@ -377,6 +398,11 @@ private:
     FixedVectorType *vt_;
     PHINode *s_ = nullptr, *c_ = nullptr;
     Value *sNext_ = nullptr, *cNext_ = nullptr, *sExit_ = nullptr, *cExit_ = nullptr;
+    struct Added {
+      BasicBlock *block;
+      Value *s, *c;
+    };
+    SmallVector<Added, 2> added_;
   };
 
   Module &m_;
