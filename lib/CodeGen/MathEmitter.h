@@ -14,6 +14,7 @@
 #include <llvm/ADT/ArrayRef.h>
 #include <llvm/ADT/STLFunctionalExtras.h>
 #include <llvm/ADT/SmallVector.h>
+#include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
@@ -75,6 +76,18 @@ public:
   llvm::Value *atMost(llvm::Value *x, double y) { return select(gt(x, c(y)), c(y), x); }
   /// x limited to [lo, hi]; NaN stays NaN.
   llvm::Value *clamp(llvm::Value *x, double lo, double hi) { return atMost(select(lt(x, c(lo)), c(lo), x), hi); }
+
+  /// table[index] lane by lane, index of it's type and within the table:
+  /// a gather for the CPU's vectors, a load for the GPU's scalars (a
+  /// lookup is exact either way).
+  llvm::Value *lookup(llvm::GlobalVariable *table, llvm::Value *index) {
+    llvm::Type *elem = t->getScalarType();
+    llvm::Align align(elem->getPrimitiveSizeInBits() / 8);
+    llvm::Value *at = b.CreateInBoundsGEP(elem, table, index);
+    if (t->isVectorTy())
+      return b.CreateMaskedGather(t, at, align);
+    return b.CreateAlignedLoad(t, at, align);
+  }
 
   llvm::Value *bits(llvm::Value *x) { return b.CreateBitCast(x, it); }
   llvm::Value *fromBits(llvm::Value *i) { return b.CreateBitCast(i, t); }
