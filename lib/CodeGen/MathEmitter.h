@@ -165,7 +165,9 @@ using MathBody = llvm::function_ref<llvm::Value *(MathEmitter &, llvm::Value *)>
 /// x is `special` (an i1 per lane): one test and a branch, rarely taken, to
 /// a cold out-of-line function computing `full` (named hsnn.math.NAME...).
 /// `ordinary` must give full's bits on every lane that is not special, so
-/// that the result does not depend on a lane's neighbours. For the special
+/// that the result does not depend on a lane's neighbours, and must be
+/// safe for any input: it runs before the test, on the special vectors
+/// too (their result is dropped), so a table row it reads must exist. For the special
 /// cases' selects, which took as long as the rest of log (InlineMath.cpp).
 llvm::Value *withRareLanes(MathEmitter &m, llvm::StringRef name, llvm::Value *x, MathBody special, MathBody ordinary,
                            MathBody full);

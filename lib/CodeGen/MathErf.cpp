@@ -23,7 +23,8 @@
 // Floats: 1.75 ulp worst over every float, against 3.1 for glibc's erfcf,
 // and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24 floats on one
 // thread (AVX-512). NaN passes through; x < 0 gives
-// 2 - erfc(|x|).
+// 2 - erfc(|x|). Doubles take this form only past |x| = 5; below, erfc is
+// looked up in a table as erf is (erfcByTable).
 //
 // erf for floats (doubles look erf up in a table, erfByTable below):
 // x + x F(x^2) for |x| < 0.875 (F = erf(x)/x - 1, |F| <= 0.13, so
@@ -108,75 +109,111 @@ Value *signedErfc(MathEmitter &m, Value *x, bool normalOnly) {
 
 } // namespace
 
-// |x| past normalUpTo (a subnormal or zero result, or 2) is rare: those
-// vectors take the clamp and the two-factor 2^k, the same bits elsewhere.
-Value *emitErfc(IRBuilder<> &b, Value *x) {
-  MathEmitter m(b, x->getType());
-  return withRareLanes(
-      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); }, signedErfc);
-}
-
 namespace {
 
-// erf(i/128) = hi + lo and erf'(i/128), i = 0..768, a row each.
+// erf(r) and erfc(r) = hi + lo, and erf'(r), for r = i/128: a row each,
+// up to r = 6 (erf rounds to 1 there) and 5.
 constexpr double kErfTable[] = {
 #include "MathErfTable.inc"
 };
-constexpr double kErfSteps = 128, kErfRoundsToOne = 6;
-static_assert(std::size(kErfTable) == 3 * (size_t(kErfSteps * kErfRoundsToOne) + 1));
+constexpr double kErfcTable[] = {
+#include "MathErfcTable.inc"
+};
+constexpr double kTableSteps = 128, kErfRoundsToOne = 6, kErfcByTableUpTo = 5;
+static_assert(std::size(kErfTable) == 3 * (size_t(kTableSteps * kErfRoundsToOne) + 1));
+static_assert(std::size(kErfcTable) == 3 * (size_t(kTableSteps * kErfcByTableUpTo) + 1));
 
-GlobalVariable *erfTable(Module &mod) {
-  const char *name = "hsnn.math.erf_table";
+GlobalVariable *table(Module &mod, const char *name, ArrayRef<double> rows) {
   if (GlobalVariable *g = mod.getNamedGlobal(name))
     return g;
-  auto *init = ConstantDataArray::get(mod.getContext(), ArrayRef(kErfTable));
+  auto *init = ConstantDataArray::get(mod.getContext(), rows);
   auto *g = new GlobalVariable(mod, init->getType(), true, GlobalValue::InternalLinkage, init, name);
   g->setAlignment(Align(64));
   return g;
 }
 
-/// erf for doubles: erf(r + d) = erf(r) + erf'(r) (d + d^2 T(d)), r the
-/// multiple of 1/128 nearest |x| (at most 6, where erf rounds to 1), |d| <=
-/// 2^-8, erf(r) = hi + lo and erf'(r) from the table; T's coefficients are
-/// erf's Taylor series at r, b_k = (-1)^(k-1) H_{k-1}(r)/k! for k = 2..7
-/// (Hermite polynomials), as polynomials in r. The rest of the series is
-/// below 2^-69 of erf(x), and past b_2 = -r the coefficients need only
-/// 2^-40 of their size, so one rounding each is enough; the result is
-/// carried by the last two roundings, adding lo and then hi. 30 arithmetic
-/// operations and 3 lookups, where 1 - exp(T) and x + x F(x^2) both took
-/// 60 (one thread, in cache: 0.70x the time with AVX2's lookups as loads,
-/// 0.85x with AVX-512's gathers). 2 million random doubles against glibc's
-/// erfl: 0.50 ulp worst above 0.5 (1.13 before), 1.39 just above 1/256,
-/// where erf(r) - erf'(r) |d| cancels to half of erf(r) (0.85 before).
-Value *erfByTable(MathEmitter &m, Value *x) {
+/// For a in [0, the last row's r] (not NaN), the row of the multiple r of
+/// 1/128 nearest a, and s = d + d^2 T(d), d = a - r (exact, |d| <= 2^-8),
+/// such that erf(a) = erf(r) + erf'(r) s and erfc(a) = erfc(r) - erf'(r) s:
+/// T's coefficients are erf's Taylor series at r, b_k = (-1)^(k-1)
+/// H_{k-1}(r)/k! for k = 2..7 (Hermite polynomials), and b_8 with
+/// eighthTerm, as polynomials in r. Past b_2 = -r they need only 2^-40 of
+/// their size, so one rounding each is enough.
+struct NearRow {
+  Value *hi, *lo, *slope, *series;
+};
+NearRow taylorAtRow(MathEmitter &m, Value *a, GlobalVariable *rows, bool eighthTerm) {
   IRBuilder<> &b = m.b;
-  Value *a = m.fabs(x);
-  Value *clamped = m.select(m.lt(a, m.c(kErfRoundsToOne)), a, m.c(kErfRoundsToOne)); // NaN too: a row to read
   Value *magic = m.c(0x1.8p52);
-  Value *kf = m.fma(clamped, m.c(kErfSteps), magic); // 128 |x| rounded to an integer
+  Value *kf = m.fma(a, m.c(kTableSteps), magic); // 128 a rounded to an integer
   Value *row = b.CreateMul(b.CreateSub(m.bits(kf), m.bits(magic)), m.ci(3));
-  Value *r = m.mul(m.sub(kf, magic), m.c(1 / kErfSteps));
-  Value *d = m.sub(clamped, r); // exact
-  GlobalVariable *table = erfTable(*m.module());
-  Value *hi = m.lookup(table, row), *lo = m.lookup(table, b.CreateAdd(row, m.ci(1)));
-  Value *slope = m.lookup(table, b.CreateAdd(row, m.ci(2)));
+  Value *r = m.mul(m.sub(kf, magic), m.c(1 / kTableSteps));
+  Value *d = m.sub(a, r);
+  NearRow out{m.lookup(rows, row), m.lookup(rows, b.CreateAdd(row, m.ci(1))),
+              m.lookup(rows, b.CreateAdd(row, m.ci(2))), nullptr};
 
   Value *q = m.mul(r, r);
   auto inQ = [&](std::initializer_list<double> coef) { return m.horner(q, ArrayRef(coef.begin(), coef.size())); };
-  Value *b3 = inQ({-1.0 / 3, 2.0 / 3});
-  Value *b4 = m.mul(r, inQ({1.0 / 2, -1.0 / 3}));
-  Value *b5 = inQ({1.0 / 10, -2.0 / 5, 2.0 / 15});
-  Value *b6 = m.mul(r, inQ({-1.0 / 6, 2.0 / 9, -2.0 / 45}));
-  Value *b7 = inQ({-1.0 / 42, 1.0 / 7, -2.0 / 21, 4.0 / 315});
-  Value *t = b7;
-  for (Value *bk : {b6, b5, b4, b3, m.neg(r)})
-    t = m.fma(t, d, bk);
-  Value *series = m.fma(m.mul(d, d), t, d);
-  Value *res = m.copysign(m.add(hi, m.fma(slope, series, lo)), x);
+  SmallVector<Value *, 8> coef = {m.neg(r), inQ({-1.0 / 3, 2.0 / 3}), m.mul(r, inQ({1.0 / 2, -1.0 / 3})),
+                                  inQ({1.0 / 10, -2.0 / 5, 2.0 / 15}), m.mul(r, inQ({-1.0 / 6, 2.0 / 9, -2.0 / 45})),
+                                  inQ({-1.0 / 42, 1.0 / 7, -2.0 / 21, 4.0 / 315})};
+  if (eighthTerm)
+    coef.push_back(m.mul(r, inQ({1.0 / 24, -1.0 / 12, 1.0 / 30, -1.0 / 315})));
+  Value *t = coef.back();
+  for (size_t k = coef.size() - 1; k-- > 0;)
+    t = m.fma(t, d, coef[k]);
+  out.series = m.fma(m.mul(d, d), t, d);
+  return out;
+}
+
+/// erf for doubles: erf(|x|) = erf(r) + erf'(r) s (taylorAtRow), |x|
+/// clamped to 6; the rest of the series is below 2^-69 of erf(x), and the
+/// result is carried by the last two roundings, adding lo and then hi.
+/// 30 arithmetic operations and 3 lookups, where 1 - exp(T) and
+/// x + x F(x^2) both took 60 (one thread, in cache: 0.70x the time with
+/// AVX2's lookups as loads, 0.85x with AVX-512's gathers). 2 million random
+/// doubles against glibc's erfl: 0.50 ulp worst above 0.5 (1.13 before),
+/// 1.39 just above 1/256, where erf(r) - erf'(r) |d| cancels to half of
+/// erf(r) (0.85 before).
+Value *erfByTable(MathEmitter &m, Value *x) {
+  Value *a = m.fabs(x);
+  Value *clamped = m.select(m.lt(a, m.c(kErfRoundsToOne)), a, m.c(kErfRoundsToOne)); // NaN too: a row to read
+  NearRow n = taylorAtRow(m, clamped, table(*m.module(), "hsnn.math.erf_table", kErfTable), false);
+  Value *res = m.copysign(m.add(n.hi, m.fma(n.slope, n.series, n.lo)), x);
   return m.select(m.isNaN(x), x, res);
 }
 
+/// erfc for doubles with |x| <= 5: erfc(a) = erfc(r) - erf'(r) s, with
+/// b_8 (the series' rest is below 2^-61 of erfc(a) up to 5, where erf'(r) s
+/// is 4% of it), and 2 - that for x < 0. |x| is clamped to 5 all the same
+/// (NaN too): withRareLanes computes this for every vector, the special
+/// ones too, and the rows read must exist.
+Value *erfcByTable(MathEmitter &m, Value *x) {
+  Value *a = m.fabs(x);
+  a = m.select(m.lt(a, m.c(kErfcByTableUpTo)), a, m.c(kErfcByTableUpTo));
+  NearRow n = taylorAtRow(m, a, table(*m.module(), "hsnn.math.erfc_table", kErfcTable), true);
+  Value *e = m.add(n.hi, m.fma(m.neg(n.slope), n.series, n.lo));
+  return m.select(m.lt(x, m.c(0)), m.sub(m.c(2), e), e);
+}
+
 } // namespace
+
+// Doubles: |x| <= 5 from the table; past 5 (and NaN) is rare, and those
+// vectors take the form above for their far lanes. Floats: |x| past
+// normalUpTo (a subnormal or zero result, or 2) is rare: those vectors
+// take the clamp and the two-factor 2^k, the same bits elsewhere.
+Value *emitErfc(IRBuilder<> &b, Value *x) {
+  MathEmitter m(b, x->getType());
+  if (!m.isF32())
+    return withRareLanes(
+        m, "erfc", x, [](MathEmitter &e, Value *v) { return e.b.CreateFCmpUGT(e.fabs(v), e.c(kErfcByTableUpTo)); },
+        erfcByTable,
+        [](MathEmitter &e, Value *v) {
+          return e.select(e.b.CreateFCmpOLE(e.fabs(v), e.c(kErfcByTableUpTo)), erfcByTable(e, v), signedErfc(e, v, false));
+        });
+  return withRareLanes(
+      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); }, signedErfc);
+}
 
 Value *emitErf(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
