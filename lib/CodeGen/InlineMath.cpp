@@ -222,8 +222,12 @@ Value *logOfSplit(MathEmitter &m, Value *k, Value *f) {
 } // namespace
 
 namespace {
-/// log1p(x) for x > -1 but -0, NaN and inf (which give +0, NaN and NaN).
-Value *log1pOrdinary(MathEmitter &m, Value *x) {
+// Below this, log1p's 2^-k is normal (k < bias), so it needs no clamp.
+double log1pHugeFrom(const MathEmitter &m) { return m.isF32() ? 0x1p100 : 0x1p1000; }
+
+/// log1p(x) for x > -1 but -0, NaN and inf (which give +0, NaN and NaN);
+/// for x below log1pHugeFrom unless `huge`.
+Value *log1pOrdinary(MathEmitter &m, Value *x, bool huge) {
   IRBuilder<> &b = m.b;
   DoubleWord onePlusX = m.twoSum(x, m.c(1)); // what rounding hi dropped, exactly
   Value *hi = onePlusX.hi, *lo = onePlusX.lo;
@@ -231,14 +235,15 @@ Value *log1pOrdinary(MathEmitter &m, Value *x) {
   // lo 2^-k, with 2^-k = 0 where k is past the exponent's range (lo no
   // longer counts there).
   Value *e = b.CreateSub(m.ci(m.bias()), s.k);
-  e = b.CreateSelect(b.CreateICmpSLT(e, m.ci(0)), m.ci(0), e);
+  if (huge)
+    e = b.CreateSelect(b.CreateICmpSLT(e, m.ci(0)), m.ci(0), e);
   Value *f = m.add(m.sub(s.mant, m.c(1)), m.mul(lo, m.fromBits(b.CreateShl(e, m.mantissaBits()))));
   return logOfSplit(m, s.k, f); // NaN passes through lo
 }
 
 /// log1p with its limits: x = -0, inf, -1 and below -1.
 Value *log1pFull(MathEmitter &m, Value *x) {
-  Value *r = log1pOrdinary(m, x);
+  Value *r = log1pOrdinary(m, x, true);
   r = m.select(m.eq(x, m.c(0)), x, r); // -0 stays -0
   r = m.select(m.eq(x, m.c(kInf)), x, r);
   r = m.select(m.eq(x, m.c(-1)), m.c(-kInf), r);
@@ -247,13 +252,16 @@ Value *log1pFull(MathEmitter &m, Value *x) {
 } // namespace
 
 // The limits but -0 apply only to x <= -1, inf and NaN, which go through
-// log1pFull; zeros are common data (relu's), so -0's select stays.
+// log1pFull with x past log1pHugeFrom (the clamp of 2^-k); zeros are
+// common data (relu's), so -0's select stays.
 Value *emitLog1p(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return withRareLanes(
       m, "log1p", x,
-      [](MathEmitter &e, Value *v) { return e.b.CreateOr(e.b.CreateFCmpULE(v, e.c(-1)), e.b.CreateFCmpUEQ(v, e.c(kInf))); },
-      [](MathEmitter &e, Value *v) { return e.select(e.eq(v, e.c(0)), v, log1pOrdinary(e, v)); }, log1pFull);
+      [](MathEmitter &e, Value *v) {
+        return e.b.CreateOr(e.b.CreateFCmpULE(v, e.c(-1)), e.b.CreateFCmpUGE(v, e.c(log1pHugeFrom(e))));
+      },
+      [](MathEmitter &e, Value *v) { return e.select(e.eq(v, e.c(0)), v, log1pOrdinary(e, v, false)); }, log1pFull);
 }
 
 namespace {
