@@ -18,8 +18,9 @@
 //     exp's reduction and polynomial, exp(-lo) = 1 - lo folded into e;
 //   - m = d + d w, w = (1 + p)(1 + e)(1 + u) - 1: one rounding near d.
 // 2^k is applied as 2^(k+64) then 2^-64, so results in the subnormal range
-// round once (past |x| = 9 or 26 only: below, the result is normal and 2^k
-// one factor, and a vector without such a lane skips the clamps too).
+// round once (past |x| = 9 only: below, the result is normal and 2^k one
+// factor, and a vector without such a lane skips the clamps too; doubles
+// take this form only past 5, always with them).
 // Floats: 1.75 ulp worst over every float, against 3.1 for glibc's erfcf,
 // and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24 floats on one
 // thread (AVX-512). NaN passes through; x < 0 gives
@@ -66,11 +67,11 @@ constexpr float kErfTailF32[] = {-0x1.88672ep+0f, -0x1.37116ap+1f, -0x1.a73212p-
                                  0x1.6ec632p-7f,  -0x1.0a685ep-9f, 0x1.a33b7ap-13f};
 constexpr double kErfSplit = 0.875;
 
-// Below these, erfc's result and its 2^k are normal (erfc(9) = 4e-37,
-// erfc(26) = 6e-296), so 2^k is one factor and no clamp is needed.
-double normalUpTo(const MathEmitter &m) { return m.isF32() ? 9 : 26; }
+// Below this, erfc's result for floats and its 2^k are normal (erfc(9) =
+// 4e-37), so 2^k is one factor and no clamp is needed.
+constexpr double kErfcNormalUpToF32 = 9;
 
-/// erfc(a) for a >= 0 (or NaN); normalOnly: for a <= normalUpTo(m).
+/// erfc(a) for a >= 0 (or NaN); normalOnly: for floats, a <= kErfcNormalUpToF32.
 Value *erfcOfMagnitude(MathEmitter &m, Value *a, bool normalOnly) {
   bool f32 = m.isF32();
   if (!normalOnly)
@@ -132,8 +133,10 @@ GlobalVariable *table(Module &mod, const char *name, ArrayRef<double> rows) {
   return g;
 }
 
-/// For a in [0, the last row's r] (not NaN), the row of the multiple r of
-/// 1/128 nearest a, and s = d + d^2 T(d), d = a - r (exact, |d| <= 2^-8),
+/// For a >= 0 clamped to `upTo`, the last row's r (NaN too: every caller
+/// needs a row that exists, withRareLanes' straight path on the special
+/// vectors included), the row of the multiple r of 1/128 nearest a, and
+/// s = d + d^2 T(d), d = a - r (exact, |d| <= 2^-8),
 /// such that erf(a) = erf(r) + erf'(r) s and erfc(a) = erfc(r) - erf'(r) s:
 /// T's coefficients are erf's Taylor series at r, b_k = (-1)^(k-1)
 /// H_{k-1}(r)/k! for k = 2..7 (Hermite polynomials), and b_8 with
@@ -142,8 +145,9 @@ GlobalVariable *table(Module &mod, const char *name, ArrayRef<double> rows) {
 struct NearRow {
   Value *hi, *lo, *slope, *series;
 };
-NearRow taylorAtRow(MathEmitter &m, Value *a, GlobalVariable *rows, bool eighthTerm) {
+NearRow taylorAtRow(MathEmitter &m, Value *a, double upTo, GlobalVariable *rows, bool eighthTerm) {
   IRBuilder<> &b = m.b;
+  a = m.select(m.lt(a, m.c(upTo)), a, m.c(upTo));
   Value *magic = m.c(0x1.8p52);
   Value *kf = m.fma(a, m.c(kTableSteps), magic); // 128 a rounded to an integer
   Value *row = b.CreateMul(b.CreateSub(m.bits(kf), m.bits(magic)), m.ci(3));
@@ -167,7 +171,7 @@ NearRow taylorAtRow(MathEmitter &m, Value *a, GlobalVariable *rows, bool eighthT
 }
 
 /// erf for doubles: erf(|x|) = erf(r) + erf'(r) s (taylorAtRow), |x|
-/// clamped to 6; the rest of the series is below 2^-69 of erf(x), and the
+/// clamped to 6, where erf rounds to 1; the rest of the series is below 2^-69 of erf(x), and the
 /// result is carried by the last two roundings, adding lo and then hi.
 /// 30 arithmetic operations and 3 lookups, where 1 - exp(T) and
 /// x + x F(x^2) both took 60 (one thread, in cache: 0.70x the time with
@@ -176,22 +180,16 @@ NearRow taylorAtRow(MathEmitter &m, Value *a, GlobalVariable *rows, bool eighthT
 /// 1.39 just above 1/256, where erf(r) - erf'(r) |d| cancels to half of
 /// erf(r) (0.85 before).
 Value *erfByTable(MathEmitter &m, Value *x) {
-  Value *a = m.fabs(x);
-  Value *clamped = m.select(m.lt(a, m.c(kErfRoundsToOne)), a, m.c(kErfRoundsToOne)); // NaN too: a row to read
-  NearRow n = taylorAtRow(m, clamped, table(*m.module(), "hsnn.math.erf_table", kErfTable), false);
+  NearRow n = taylorAtRow(m, m.fabs(x), kErfRoundsToOne, table(*m.module(), "hsnn.math.erf_table", kErfTable), false);
   Value *res = m.copysign(m.add(n.hi, m.fma(n.slope, n.series, n.lo)), x);
   return m.select(m.isNaN(x), x, res);
 }
 
 /// erfc for doubles with |x| <= 5: erfc(a) = erfc(r) - erf'(r) s, with
 /// b_8 (the series' rest is below 2^-61 of erfc(a) up to 5, where erf'(r) s
-/// is 4% of it), and 2 - that for x < 0. |x| is clamped to 5 all the same
-/// (NaN too): withRareLanes computes this for every vector, the special
-/// ones too, and the rows read must exist.
+/// is 4% of it), and 2 - that for x < 0.
 Value *erfcByTable(MathEmitter &m, Value *x) {
-  Value *a = m.fabs(x);
-  a = m.select(m.lt(a, m.c(kErfcByTableUpTo)), a, m.c(kErfcByTableUpTo));
-  NearRow n = taylorAtRow(m, a, table(*m.module(), "hsnn.math.erfc_table", kErfcTable), true);
+  NearRow n = taylorAtRow(m, m.fabs(x), kErfcByTableUpTo, table(*m.module(), "hsnn.math.erfc_table", kErfcTable), true);
   Value *e = m.add(n.hi, m.fma(m.neg(n.slope), n.series, n.lo));
   return m.select(m.lt(x, m.c(0)), m.sub(m.c(2), e), e);
 }
@@ -200,7 +198,7 @@ Value *erfcByTable(MathEmitter &m, Value *x) {
 
 // Doubles: |x| <= 5 from the table; past 5 (and NaN) is rare, and those
 // vectors take the form above for their far lanes. Floats: |x| past
-// normalUpTo (a subnormal or zero result, or 2) is rare: those vectors
+// kErfcNormalUpToF32 (a subnormal or zero result, or 2) is rare: those vectors
 // take the clamp and the two-factor 2^k, the same bits elsewhere.
 Value *emitErfc(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
@@ -212,7 +210,7 @@ Value *emitErfc(IRBuilder<> &b, Value *x) {
           return e.select(e.b.CreateFCmpOLE(e.fabs(v), e.c(kErfcByTableUpTo)), erfcByTable(e, v), signedErfc(e, v, false));
         });
   return withRareLanes(
-      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(normalUpTo(e))); }, signedErfc);
+      m, "erfc", x, [](MathEmitter &e, Value *v) { return e.gt(e.fabs(v), e.c(kErfcNormalUpToF32)); }, signedErfc);
 }
 
 Value *emitErf(IRBuilder<> &b, Value *x) {
