@@ -76,17 +76,15 @@ public:
     // register and no groups: a double add of two doubles rounds, which
     // the compensation would not see (4 ulp off in a sum of condition 6e4,
     // where it is within 1), and exact group adds cost what they save.
-    // Where the terms call the math library (bce's log and log1p), f64
+    // Where the terms call the math library (bce's log and log1p,
+    // bce_with_logits' softplus), f64
     // sums take two registers a step all the same, the sum as wide (every
     // lane compensated, nothing grouped): one thread, 2^16 doubles in
     // cache, bce's mean 0.87x (AVX2) and 0.92x (AVX-512) the time, a mean
     // of log 0.91x and 0.94x; mse's took 1.2x with two on AVX-512, so
     // plain arithmetic keeps one. The constants' gradients keep one too.
     const bool groupedSum = kindInfo(r.kind).summing && et->isFloatTy();
-    const bool costlyTerms = std::any_of(r.program->code.begin(), r.program->code.end(), [](const Instr &in) {
-      std::string_view libm = opInfo(in.op).libm;
-      return !libm.empty() && !libm.starts_with("llvm.");
-    });
+    const bool costlyTerms = ElementLowering::callsMath(*r.program);
     unsigned lanes = std::max(1u, opt_.vectorBits / elemBits);
     if (!kindInfo(r.kind).constants && (!kindInfo(r.kind).summing || groupedSum || costlyTerms))
       lanes *= kElementwiseRegisters;

@@ -13,6 +13,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -266,6 +267,13 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
   for (size_t k = 0; k < ops.size(); ++k)
     args.push_back(arg(k));
   return callMath(b, libm, args, t);
+}
+
+bool ElementLowering::callsMath(const Program &p) {
+  return std::any_of(p.code.begin(), p.code.end(), [](const Instr &in) {
+    std::string_view libm = opInfo(in.op).libm;
+    return in.op == Op::Sigmoid || in.op == Op::Softplus || (!libm.empty() && !libm.starts_with("llvm."));
+  });
 }
 
 // An LLVM intrinsic ("llvm.fabs") or a libm function ("exp" -> exp/expf).

@@ -86,6 +86,10 @@ public:
   /// acc + v in double, reassociable (so a CPU loop vectorizes); the order
   /// is still fixed by the code, so sums stay deterministic.
   llvm::Value *addToSum(llvm::IRBuilder<> &b, llvm::Value *acc, llvm::Value *v, llvm::Type *t);
+  /// Whether lowering `p` calls a math function (exp, log, erf, ...: a libm
+  /// name in Ops.def, or sigmoid and softplus, which lower to exp and log1p),
+  /// not only arithmetic, selects and intrinsics.
+  static bool callsMath(const Program &p);
 
 private:
   llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
