@@ -170,6 +170,23 @@ def erf_table(function='erf', amax=6, steps_per_unit=128):
         print(f'{hexfloat(hi, "f64")}, {hexfloat(lo, "f64")}, {hexfloat(d, "f64")},')
 
 
+def pio2_f32(k_bits=14):
+    # pi/2 in three floats for sin/cos of floats (MathTrig.cpp): the first
+    # rounded to float, the second cut to 24 - k_bits bits so that k times
+    # it is exact for |k| < 2^k_bits, the third rounded to float.
+    def f32(v):
+        return mp.mpf(struct.unpack('f', struct.pack('f', float(v)))[0])
+    h = mp.pi / 2
+    p0 = f32(h)
+    e = mp.floor(mp.log(abs(h - p0), 2))
+    step = mp.mpf(2) ** (e - (24 - k_bits) + 1)
+    p1 = mp.nint((h - p0) / step) * step
+    p2 = f32(h - p0 - p1)
+    rest = h - p0 - p1 - p2
+    print(f'// pi/2 = p0 + p1 + p2 + 2^{mp.nstr(mp.log(abs(rest), 2), 3)}, p1 of {24 - k_bits} bits')
+    print(f'constexpr float kPio2F32[] = {{{", ".join(hexfloat(v, "f32") for v in (p0, p1, p2))}}};')
+
+
 FITS = {
     'atan64': lambda: atan_fit('f64', 11),
     'atan32': lambda: atan_fit('f32', 4),
@@ -182,6 +199,7 @@ FITS = {
     'erftail32': lambda: erf_tail_fit('f32', 6, 0.875, 4, 0.875),
     'erftable64': lambda: erf_table('erf', 6),
     'erfctable64': lambda: erf_table('erfc', 5),
+    'pio2f32': lambda: pio2_f32(14),
 }
 
 if __name__ == '__main__':

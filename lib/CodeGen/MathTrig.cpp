@@ -14,8 +14,14 @@
 // matter at e (the bits above them give multiples of 4), 128 fraction bits
 // kept; that path runs only when some lane needs it (a branch in a small
 // always-inlined function, so the common case pays one compare).
-// Floats are reduced in double (two parts of pi/2 are enough for their 24
-// bits) and evaluated in float.
+// Floats below |x| = 2^14 are reduced in float to a double-float hi + lo,
+// pi/2 in three parts (reduceSmallFloat); the result keeps r's rounding
+// out (every float there within 0.81 ulp, where r rounded to a float gave
+// 1.49), and 8 floats no longer make two registers of doubles (sin f32, one
+// thread, in cache: 0.80x the time on AVX2, 0.75x on AVX-512). Floats past
+// 2^14 are reduced in double (two parts of pi/2 are enough for their 24
+// bits) and past 2^19 as doubles are, both to a double-float too and only
+// in vectors holding such a lane.
 //
 // atan2 on magnitudes: a = min/max in [0, 1], atan(a) = pi/4 + atan((a - 1)/(a + 1))
 // above tan(pi/8), then atan(u) = u + u^3 P(u^2); quadrants by adding to
@@ -63,6 +69,12 @@ constexpr double kPiHi = 0x1.921fb54442d18p+1, kPiLo = 0x1.1a62633145c07p-53;
 constexpr double kTanPiOver8 = 0x1.a827999fcef32p-2;
 // Past this |x| the reduction takes the Payne-Hanek path.
 constexpr double kMediumLimit = 0x1p19;
+// Past this |x| floats are reduced in double (reduceMediumFloat).
+constexpr double kFloatLimit = 0x1p14;
+// pi/2 = kPio2F32[0] + kPio2F32[1] + kPio2F32[2] + 2^-63.4, the second of
+// 10 bits so that k times it is exact for |k| < 2^14 (tools/
+// math-coefficients.py pio2f32).
+constexpr float kPio2F32[] = {0x1.921fb6p+0f, -0x1.778p-25f, 0x1.68c234p-39f};
 
 // The bits of 2/pi after the binary point, 32 to a word: words j0..j0+7
 // are read for x = m 2^e, j0 = (e - 2)/32, e <= 971.
@@ -180,10 +192,29 @@ Function *largeReduction(Module &mod) {
   return f;
 }
 
+/// Cody-Waite for floats below kFloatLimit, in float: x - k p0 is exact
+/// (a multiple of 2^-24 below 1 in magnitude), so is k p1, so hi = r0 - k p1
+/// rounds once and its error r0 - hi - k p1 is exact too (Sterbenz, or hi
+/// itself exact where r0 and k p1 cancel); k p2 joins the error in lo.
+/// Every float below kFloatLimit checked: sin and cos within 0.81 ulp
+/// (with p1 of 8 bits and the limit 2^16, 20). 2/pi rounded to float can
+/// make k one off near a half-integer: r then passes pi/4 by less than
+/// 2^-9, where the polynomials still hold.
+Reduced reduceSmallFloat(MathEmitter &m, Value *x) {
+  Value *magic = m.c(0x1.8p23);
+  Value *kf = m.fma(x, m.c(0x1.45f306p-1), magic);
+  Value *nk = m.neg(m.sub(kf, magic));
+  Value *r0 = m.fma(nk, m.c(kPio2F32[0]), x);
+  Value *hi = m.fma(nk, m.c(kPio2F32[1]), r0);
+  Value *lo = m.fma(nk, m.c(kPio2F32[1]), m.sub(r0, hi)); // hi's rounding error
+  lo = m.fma(nk, m.c(kPio2F32[2]), lo);
+  return {hi, lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
+}
+
 /// Cody-Waite for floats below kMediumLimit, in double: a float has 24
 /// bits, so k times pi/2's first 33 bits is exact and one more part leaves
-/// r within 2^-50 of itself, far below a float's ulp. Returns r rounded to
-/// float (no low part) and q.
+/// r within 2^-50 of itself, far below a float's ulp. Returns r as a
+/// double-float and q.
 Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
   IRBuilder<> &b = m.b;
   MathEmitter d(b, m.t->getWithNewType(b.getDoubleTy()));
@@ -193,11 +224,13 @@ Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
   Value *nk = d.neg(d.sub(kf, magic));
   Value *r = d.fma(nk, d.c(kPio2[0]), xd); // exact
   r = d.fma(nk, d.c(0x1.0b4611a626331p-34), r); // pi/2 - kPio2[0], rounded
-  return {b.CreateFPTrunc(r, m.t), m.c(0), b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
+  Value *hi = b.CreateFPTrunc(r, m.t);
+  Value *lo = b.CreateFPTrunc(d.sub(r, b.CreateFPExt(hi, d.t)), m.t); // exact difference
+  return {hi, lo, b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
 }
 
 /// {hi, lo, q} with the lanes of x past kMediumLimit reduced again by
-/// largeReduction (in double; rounded back for floats), the others kept: a
+/// largeReduction (in double; a double-float for floats), the others kept: a
 /// function of its own, out of line and cold, so that each use of sin or cos
 /// inlines only the test and a call.
 Function *largeLanes(Module &mod, Type *t, Type *it, const std::string &name, StructType *ret) {
@@ -228,8 +261,9 @@ Function *largeLanes(Module &mod, Type *t, Type *it, const std::string &name, St
     Value *rhi = b.CreateExtractValue(res, 0), *rlo = b.CreateExtractValue(res, 1);
     Value *rq = b.CreateExtractValue(res, 2);
     if (f32) {
-      rhi = b.CreateFPTrunc(b.CreateFAdd(rhi, rlo), b.getFloatTy());
-      rlo = ConstantFP::get(b.getFloatTy(), 0);
+      Value *hiF = b.CreateFPTrunc(rhi, b.getFloatTy());
+      rlo = b.CreateFPTrunc(b.CreateFAdd(b.CreateFSub(rhi, b.CreateFPExt(hiF, b.getDoubleTy())), rlo), b.getFloatTy());
+      rhi = hiF;
       rq = b.CreateTrunc(rq, b.getInt32Ty());
     }
     hi = put(hi, b.CreateSelect(isLarge, rhi, lane(hi)));
@@ -245,7 +279,8 @@ Function *largeLanes(Module &mod, Type *t, Type *it, const std::string &name, St
 
 /// x = q pi/2 + hi + lo for floats or doubles (scalar or vector): Cody-Waite,
 /// and where a lane is past kMediumLimit, that lane again through
-/// largeReduction (in double; rounded back for floats). The branch lives in
+/// largeReduction (in double; a double-float for floats); a float lane past
+/// kFloatLimit first by reduceMediumFloat. The branches live in
 /// an always-inlined function of its own, so the kernels' emitters see
 /// straight-line code.
 Reduced reduce(MathEmitter &m, Value *x) {
@@ -262,36 +297,52 @@ Reduced reduce(MathEmitter &m, Value *x) {
     f = Function::Create(FunctionType::get(ret, {t}, false), GlobalValue::InternalLinkage, name, mod);
     f->setDoesNotThrow();
     f->addFnAttr(Attribute::AlwaysInline);
-    BasicBlock *entry = BasicBlock::Create(ctx, "entry", f), *slow = BasicBlock::Create(ctx, "large", f),
-               *done = BasicBlock::Create(ctx, "done", f);
-    IRBuilder<> b(entry);
+    IRBuilder<> b(BasicBlock::Create(ctx, "entry", f));
     MathEmitter fm(b, t);
     Value *fx = f->getArg(0);
-    Reduced med = f32 ? reduceMediumFloat(fm, fx) : reduceMedium(fm, fx);
-    // kMediumLimit <= |x| < inf as one unsigned compare of |x|'s bits (the
-    // integer units have room; the FMA units, which take float compares,
-    // do not).
+    // |x| at or past `limit` (and below inf) as one unsigned compare of
+    // its bits (the integer units have room; the FMA units, which take
+    // float compares, do not).
     Value *magnitude = b.CreateAnd(fm.bits(fx), fm.ci(f32 ? 0x7fffffff : 0x7fffffffffffffff));
-    Value *lim = fm.bits(fm.c(kMediumLimit)), *inf = fm.bits(fm.c(HUGE_VAL));
-    Value *large = b.CreateICmpULT(b.CreateSub(magnitude, lim), b.CreateSub(inf, lim));
-    Value *any = vt ? b.CreateOrReduce(large) : large;
-    MDNode *rare = MDBuilder(ctx).createBranchWeights(1, 1000);
-    b.CreateCondBr(any, slow, done, rare);
-
-    b.SetInsertPoint(slow);
-    Value *fromLanes = b.CreateCall(largeLanes(mod, t, it, name + ".lanes", ret), {fx, med.hi, med.lo, med.q});
-    Value *hi = b.CreateExtractValue(fromLanes, 0), *lo = b.CreateExtractValue(fromLanes, 1);
-    Value *q = b.CreateExtractValue(fromLanes, 2);
-    b.CreateBr(done);
-
-    b.SetInsertPoint(done);
-    auto merge = [&](Value *fast, Value *fromSlow) {
-      PHINode *phi = b.CreatePHI(fast->getType(), 2);
-      phi->addIncoming(fast, entry);
-      phi->addIncoming(fromSlow, slow);
-      return phi;
+    auto atLeast = [&](double limit) {
+      Value *lim = fm.bits(fm.c(limit)), *inf = fm.bits(fm.c(HUGE_VAL));
+      return b.CreateICmpULT(b.CreateSub(magnitude, lim), b.CreateSub(inf, lim));
     };
-    Value *parts[] = {merge(med.hi, hi), merge(med.lo, lo), merge(med.q, q)}; // the phis first
+    MDNode *rare = MDBuilder(ctx).createBranchWeights(1, 1000);
+    // `in`, or slowPath(in) where some lane is in `lanes`: a rarely taken block.
+    auto rarely = [&](Value *lanes, Reduced in, function_ref<Reduced(Reduced)> slowPath) -> Reduced {
+      BasicBlock *from = b.GetInsertBlock(), *slow = BasicBlock::Create(ctx, "large", f),
+                 *done = BasicBlock::Create(ctx, "done", f);
+      b.CreateCondBr(vt ? b.CreateOrReduce(lanes) : lanes, slow, done, rare);
+      b.SetInsertPoint(slow);
+      Reduced out = slowPath(in);
+      BasicBlock *slowEnd = b.GetInsertBlock();
+      b.CreateBr(done);
+      b.SetInsertPoint(done);
+      auto merge = [&](Value *fast, Value *fromSlow) {
+        PHINode *phi = b.CreatePHI(fast->getType(), 2);
+        phi->addIncoming(fast, from);
+        phi->addIncoming(fromSlow, slowEnd);
+        return phi;
+      };
+      return {merge(in.hi, out.hi), merge(in.lo, out.lo), merge(in.q, out.q)}; // the phis first
+    };
+    auto payneHanek = [&](Reduced in) -> Reduced {
+      Value *fromLanes = b.CreateCall(largeLanes(mod, t, it, name + ".lanes", ret), {fx, in.hi, in.lo, in.q});
+      return {b.CreateExtractValue(fromLanes, 0), b.CreateExtractValue(fromLanes, 1), b.CreateExtractValue(fromLanes, 2)};
+    };
+    Reduced r;
+    if (f32) {
+      Value *wide = atLeast(kFloatLimit);
+      r = rarely(wide, reduceSmallFloat(fm, fx), [&](Reduced in) {
+        Reduced d = reduceMediumFloat(fm, fx);
+        Reduced mixed{fm.select(wide, d.hi, in.hi), fm.select(wide, d.lo, in.lo), b.CreateSelect(wide, d.q, in.q)};
+        return rarely(atLeast(kMediumLimit), mixed, payneHanek);
+      });
+    } else {
+      r = rarely(atLeast(kMediumLimit), reduceMedium(fm, fx), payneHanek);
+    }
+    Value *parts[] = {r.hi, r.lo, r.q};
     Value *out = UndefValue::get(ret);
     for (unsigned k = 0; k < 3; ++k)
       out = b.CreateInsertValue(out, parts[k], k);
@@ -317,13 +368,12 @@ std::pair<Value *, Value *> sinCosKernel(MathEmitter &m, Value *hi, Value *lo) {
   return {sin, cos};
 }
 
-/// sin(r) where `useCos` is false, else cos(r), for r = hi + lo, |r| <= pi/4
-/// (lo is 0 for floats): sinCosKernel's forms with one polynomial per lane,
-/// its coefficients chosen by the lane, as
+/// sin(r) where `useCos` is false, else cos(r), for r = hi + lo, |r| <= pi/4:
+/// sinCosKernel's forms with one polynomial per lane, its coefficients
+/// chosen by the lane, as
 ///   sin: hi + fma(hi z, S(z), lo - hz lo),
 ///   cos: w  + fma(z^2, C(z), ((1 - w) - hz) - hi lo).
-/// Floats write sin as 0 + fma(r z, S(z), r), one rounding fewer. Half the
-/// polynomial work of computing both (sin f32 10% less time).
+/// Half the polynomial work of computing both (sin f32 10% less time).
 Value *sinOrCosKernel(MathEmitter &m, Value *hi, Value *lo, Value *useCos) {
   bool f32 = m.isF32();
   Value *z = m.mul(hi, hi);
@@ -337,16 +387,10 @@ Value *sinOrCosKernel(MathEmitter &m, Value *hi, Value *lo, Value *useCos) {
     p = m.fma(p, z, coefficient(i));
   Value *hz = m.mul(m.c(0.5), z);
   Value *w = m.sub(m.c(1), hz);
-  Value *cosB = m.sub(m.sub(m.c(1), w), hz);
-  Value *sinA = hi, *sinB = m.fma(m.neg(hz), lo, lo);
-  if (f32) {
-    sinA = m.c(0);
-    sinB = hi;
-  } else {
-    cosB = m.sub(cosB, m.mul(hi, lo));
-  }
+  Value *cosB = m.sub(m.sub(m.sub(m.c(1), w), hz), m.mul(hi, lo));
+  Value *sinB = m.fma(m.neg(hz), lo, lo);
   Value *mul = m.select(useCos, m.mul(z, z), m.mul(hi, z));
-  return m.add(m.select(useCos, w, sinA), m.fma(mul, p, m.select(useCos, cosB, sinB)));
+  return m.add(m.select(useCos, w, hi), m.fma(mul, p, m.select(useCos, cosB, sinB)));
 }
 
 enum class Trig { Sin, Cos, Tan };
@@ -359,7 +403,8 @@ Value *trig(IRBuilder<> &b, Value *x, Trig which) {
   Value *odd = b.CreateICmpNE(b.CreateAnd(q, m.ci(1)), m.ci(0));
   if (which == Trig::Tan) {
     auto [s, c] = sinCosKernel(m, hi, lo);
-    return m.select(m.eq(x, m.c(0)), x, m.select(odd, m.neg(m.div(c, s)), m.div(s, c)));
+    // -c/s or s/c with one division: the operands picked first.
+    return m.select(m.eq(x, m.c(0)), x, m.div(m.select(odd, m.neg(c), s), m.select(odd, s, c)));
   }
   Value *v = sinOrCosKernel(m, hi, lo, odd);
   // Negated in quadrants 2 and 3: q's bit 1 moved to the sign (integer

@@ -128,7 +128,7 @@ namespace {
 /// fill whole vectors of its own: the library takes a slow path for a
 /// vector with a special lane (log's zeros and negatives, log1p's -1, exp's
 /// |x| > 87, erfc's > 9, sinh's and cosh's far tails, asinh's and acosh's
-/// log form past 2^28, sin's huge arguments), so the two runs give a value different
+/// log form past 2^28, sin's and cos's past 2^14 (floats) and 2^19), so the two runs give a value different
 /// neighbours, and must give it the same bits.
 template <class T> void expectNeighbourFree(const char *formula, std::vector<T> x) {
   CAPTURE(formula);
