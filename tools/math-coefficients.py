@@ -170,21 +170,25 @@ def erf_table(function='erf', amax=6, steps_per_unit=128):
         print(f'{hexfloat(hi, "f64")}, {hexfloat(lo, "f64")}, {hexfloat(d, "f64")},')
 
 
-def pio2_f32(k_bits=14):
-    # pi/2 in three floats for sin/cos of floats (MathTrig.cpp): the first
-    # rounded to float, the second cut to 24 - k_bits bits so that k times
-    # it is exact for |k| < 2^k_bits, the third rounded to float.
-    def f32(v):
-        return mp.mpf(struct.unpack('f', struct.pack('f', float(v)))[0])
+def pio2_short(dtype, k_bits):
+    # pi/2 in three parts for sin/cos (MathTrig.cpp, reduceShort): the first
+    # rounded to the type, the second cut to (type's bits - k_bits) bits so
+    # that k times it is exact for |k| < 2^k_bits, the third rounded.
+    bits = 24 if dtype == 'f32' else 53
+
+    def rnd(v):
+        return mp.mpf(struct.unpack('f', struct.pack('f', float(v)))[0]) if dtype == 'f32' else mp.mpf(float(v))
     h = mp.pi / 2
-    p0 = f32(h)
+    p0 = rnd(h)
     e = mp.floor(mp.log(abs(h - p0), 2))
-    step = mp.mpf(2) ** (e - (24 - k_bits) + 1)
+    step = mp.mpf(2) ** (e - (bits - k_bits) + 1)
     p1 = mp.nint((h - p0) / step) * step
-    p2 = f32(h - p0 - p1)
+    p2 = rnd(h - p0 - p1)
     rest = h - p0 - p1 - p2
-    print(f'// pi/2 = p0 + p1 + p2 + 2^{mp.nstr(mp.log(abs(rest), 2), 3)}, p1 of {24 - k_bits} bits')
-    print(f'constexpr float kPio2F32[] = {{{", ".join(hexfloat(v, "f32") for v in (p0, p1, p2))}}};')
+    ctype = 'float' if dtype == 'f32' else 'double'
+    print(f'// pi/2 = p0 + p1 + p2 + 2^{mp.nstr(mp.log(abs(rest), 2), 4)}, p1 of {bits - k_bits} bits')
+    name = 'kPio2Short32' if dtype == 'f32' else 'kPio2Short64'
+    print(f'constexpr {ctype} {name}[] = {{{", ".join(hexfloat(v, dtype) for v in (p0, p1, p2))}}};')
 
 
 FITS = {
@@ -199,7 +203,8 @@ FITS = {
     'erftail32': lambda: erf_tail_fit('f32', 6, 0.875, 4, 0.875),
     'erftable64': lambda: erf_table('erf', 6),
     'erfctable64': lambda: erf_table('erfc', 5),
-    'pio2f32': lambda: pio2_f32(14),
+    'pio2f32': lambda: pio2_short('f32', 14),
+    'pio2f64': lambda: pio2_short('f64', 19),
 }
 
 if __name__ == '__main__':

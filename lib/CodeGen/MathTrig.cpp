@@ -6,22 +6,21 @@
 // cos(r) = w + ((1 - w) - r^2/2 + ...) with w = 1 - r^2/2 keeps the
 // rounding of w). sin and cos evaluate one polynomial per lane, its
 // coefficients picked by the quadrant (tan needs both).
-// The reduction: below |x| = 2^19, Cody-Waite with pi/2 in four parts, the
-// first three of 33 bits so that k times each is exact (|k| < 2^19), the
-// differences carried in double-double: the result is good to 2^-70 of r
-// even at the doubles nearest a multiple of pi/2 (r ~ 2^-61). Past 2^19,
+// The reduction: below |x| = 2^19 (doubles) or 2^14 (floats), Cody-Waite in
+// the type itself to hi + lo, pi/2 in three parts (reduceShort): k times
+// the second part is exact, so hi rounds once and its error is exact.
+// The pair is good to 2^-120 (doubles) at the doubles nearest a multiple
+// of pi/2 (r ~ 2^-60.5), and every float below 2^14 is within 0.81 ulp (r
+// rounded to one float gave 1.49). Seven operations where double-double
+// with four parts took 22 (sin f64, one thread, in cache: ...), and 8
+// floats no longer make two registers of doubles (sin f32: 0.80x the time
+// on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 are reduced in
+// double (two parts of pi/2 are enough for their 24 bits). Past 2^19,
 // Payne-Hanek on integers: x = m 2^e times the 256 bits of 2/pi that
 // matter at e (the bits above them give multiples of 4), 128 fraction bits
-// kept; that path runs only when some lane needs it (a branch in a small
-// always-inlined function, so the common case pays one compare).
-// Floats below |x| = 2^14 are reduced in float to a double-float hi + lo,
-// pi/2 in three parts (reduceSmallFloat); the result keeps r's rounding
-// out (every float there within 0.81 ulp, where r rounded to a float gave
-// 1.49), and 8 floats no longer make two registers of doubles (sin f32, one
-// thread, in cache: 0.80x the time on AVX2, 0.75x on AVX-512). Floats past
-// 2^14 are reduced in double (two parts of pi/2 are enough for their 24
-// bits) and past 2^19 as doubles are, both to a double-float too and only
-// in vectors holding such a lane.
+// kept. Both run only when some lane needs them (branches in a small
+// always-inlined function, so the common case pays one compare), and
+// give floats a float pair too.
 //
 // atan2 on magnitudes: a = min/max in [0, 1], atan(a) = pi/4 + atan((a - 1)/(a + 1))
 // above tan(pi/8), then atan(u) = u + u^3 P(u^2); quadrants by adding to
@@ -60,8 +59,9 @@ constexpr double kAtanF64[] = {-0x1.5555555555555p-2, 0x1.9999999999955p-3,  -0x
                                -0x1.745d1660a6dc7p-4, 0x1.3b139322fe5a2p-4,  -0x1.110e8cdd15a52p-4, 0x1.e19a7c66a2365p-5,
                                -0x1.ac7d6d8102f14p-5, 0x1.74ea2dc4f3487p-5,  -0x1.1b51f60771571p-5, 0x1.0b135dad78767p-6};
 
-// pi/2 = kPio2[0] + ... + kPio2[3]; the first three have 33 significant bits.
-constexpr double kPio2[] = {0x1.921fb544p+0, 0x1.0b4611a6p-34, 0x1.3198a2ep-69, 0x1.b839a252049c1p-104};
+// pi/2 = kPio2Float[0] + kPio2Float[1] + 2^-87.9, the first of 33 bits (floats
+// past kFloatLimit, in double).
+constexpr double kPio2Float[] = {0x1.921fb544p+0, 0x1.0b4611a626331p-34};
 // pi/2, pi/4 and pi as hi + lo.
 constexpr double kPio2Hi = 0x1.921fb54442d18p+0, kPio2Lo = 0x1.1a62633145c07p-54;
 constexpr double kPio4Hi = 0x1.921fb54442d18p-1, kPio4Lo = 0x1.1a62633145c07p-55;
@@ -71,10 +71,11 @@ constexpr double kTanPiOver8 = 0x1.a827999fcef32p-2;
 constexpr double kMediumLimit = 0x1p19;
 // Past this |x| floats are reduced in double (reduceMediumFloat).
 constexpr double kFloatLimit = 0x1p14;
-// pi/2 = kPio2F32[0] + kPio2F32[1] + kPio2F32[2] + 2^-63.4, the second of
-// 10 bits so that k times it is exact for |k| < 2^14 (tools/
-// math-coefficients.py pio2f32).
-constexpr float kPio2F32[] = {0x1.921fb6p+0f, -0x1.778p-25f, 0x1.68c234p-39f};
+// pi/2 = p0 + p1 + p2 + 2^-63.4 (floats) or 2^-142.2 (doubles), p1 of 10
+// or 34 bits so that k p1 is exact for |k| < 2^14 or 2^19 (tools/
+// math-coefficients.py pio2f32, pio2f64).
+constexpr float kPio2Short32[] = {0x1.921fb6p+0f, -0x1.778p-25f, 0x1.68c234p-39f};
+constexpr double kPio2Short64[] = {0x1.921fb54442d18p+0, 0x1.1a6263318p-54, -0x1.d1fc8f8cbb5bfp-89};
 
 // The bits of 2/pi after the binary point, 32 to a word: words j0..j0+7
 // are read for x = m 2^e, j0 = (e - 2)/32, e <= 971.
@@ -91,17 +92,25 @@ struct Reduced {
   Value *hi, *lo, *q;
 };
 
-/// Cody-Waite for |x| < kMediumLimit (doubles).
-Reduced reduceMedium(MathEmitter &m, Value *x) {
-  Value *magic = m.c(0x1.8p52);
-  Value *kf = m.fma(x, m.c(0x1.45f306dc9c883p-1), magic); // x 2/pi rounded to an integer
-  Value *k = m.sub(kf, magic), *nk = m.neg(k);
-  Value *r0 = m.fma(nk, m.c(kPio2[0]), x); // exact: see the header
-  DoubleWord s = m.twoSum(r0, m.mul(nk, m.c(kPio2[1])));
-  DoubleWord s2 = m.twoSum(s.hi, m.mul(nk, m.c(kPio2[2])));
-  Value *lo = m.fma(nk, m.c(kPio2[3]), m.add(s.lo, s2.lo));
-  DoubleWord r = m.fastTwoSum(s2.hi, lo);
-  return {r.hi, r.lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
+/// Cody-Waite for |x| below kFloatLimit (floats) or kMediumLimit (doubles)
+/// in x's type (see the header): x - k p0 is exact (a multiple of the
+/// ulp of 1 below 1 in magnitude), so is k p1, so hi = r0 - k p1 rounds
+/// once and its error r0 - hi - k p1 is exact too (Sterbenz, or hi itself
+/// exact where r0 and k p1 cancel); k p2 joins the error in lo. p1 of 8
+/// bits and a limit of 2^16 left floats 20 ulp off. 2/pi rounded to the
+/// type can make k one off near a half-integer: r then passes pi/4 by less
+/// than 2^-9, where the polynomials still hold.
+Reduced reduceShort(MathEmitter &m, Value *x) {
+  bool f32 = m.isF32();
+  auto pio2 = [&](int i) { return m.c(f32 ? double(kPio2Short32[i]) : kPio2Short64[i]); };
+  Value *magic = m.c(f32 ? 0x1.8p23 : 0x1.8p52);
+  Value *kf = m.fma(x, m.c(f32 ? 0x1.45f306p-1 : 0x1.45f306dc9c883p-1), magic); // x 2/pi rounded to an integer
+  Value *nk = m.neg(m.sub(kf, magic));
+  Value *r0 = m.fma(nk, pio2(0), x);
+  Value *hi = m.fma(nk, pio2(1), r0);
+  Value *lo = m.fma(nk, pio2(1), m.sub(r0, hi)); // hi's rounding error
+  lo = m.fma(nk, pio2(2), lo);
+  return {hi, lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
 }
 
 /// The Payne-Hanek reduction of one double, finite with |x| >= 2^19, as a
@@ -192,25 +201,6 @@ Function *largeReduction(Module &mod) {
   return f;
 }
 
-/// Cody-Waite for floats below kFloatLimit, in float: x - k p0 is exact
-/// (a multiple of 2^-24 below 1 in magnitude), so is k p1, so hi = r0 - k p1
-/// rounds once and its error r0 - hi - k p1 is exact too (Sterbenz, or hi
-/// itself exact where r0 and k p1 cancel); k p2 joins the error in lo.
-/// Every float below kFloatLimit checked: sin and cos within 0.81 ulp
-/// (with p1 of 8 bits and the limit 2^16, 20). 2/pi rounded to float can
-/// make k one off near a half-integer: r then passes pi/4 by less than
-/// 2^-9, where the polynomials still hold.
-Reduced reduceSmallFloat(MathEmitter &m, Value *x) {
-  Value *magic = m.c(0x1.8p23);
-  Value *kf = m.fma(x, m.c(0x1.45f306p-1), magic);
-  Value *nk = m.neg(m.sub(kf, magic));
-  Value *r0 = m.fma(nk, m.c(kPio2F32[0]), x);
-  Value *hi = m.fma(nk, m.c(kPio2F32[1]), r0);
-  Value *lo = m.fma(nk, m.c(kPio2F32[1]), m.sub(r0, hi)); // hi's rounding error
-  lo = m.fma(nk, m.c(kPio2F32[2]), lo);
-  return {hi, lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
-}
-
 /// Cody-Waite for floats below kMediumLimit, in double: a float has 24
 /// bits, so k times pi/2's first 33 bits is exact and one more part leaves
 /// r within 2^-50 of itself, far below a float's ulp. Returns r as a
@@ -222,8 +212,8 @@ Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
   Value *magic = d.c(0x1.8p52);
   Value *kf = d.fma(xd, d.c(0x1.45f306dc9c883p-1), magic);
   Value *nk = d.neg(d.sub(kf, magic));
-  Value *r = d.fma(nk, d.c(kPio2[0]), xd); // exact
-  r = d.fma(nk, d.c(0x1.0b4611a626331p-34), r); // pi/2 - kPio2[0], rounded
+  Value *r = d.fma(nk, d.c(kPio2Float[0]), xd); // exact
+  r = d.fma(nk, d.c(kPio2Float[1]), r);
   Value *hi = b.CreateFPTrunc(r, m.t);
   Value *lo = b.CreateFPTrunc(d.sub(r, b.CreateFPExt(hi, d.t)), m.t); // exact difference
   return {hi, lo, b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
@@ -334,13 +324,13 @@ Reduced reduce(MathEmitter &m, Value *x) {
     Reduced r;
     if (f32) {
       Value *wide = atLeast(kFloatLimit);
-      r = rarely(wide, reduceSmallFloat(fm, fx), [&](Reduced in) {
+      r = rarely(wide, reduceShort(fm, fx), [&](Reduced in) {
         Reduced d = reduceMediumFloat(fm, fx);
         Reduced mixed{fm.select(wide, d.hi, in.hi), fm.select(wide, d.lo, in.lo), b.CreateSelect(wide, d.q, in.q)};
         return rarely(atLeast(kMediumLimit), mixed, payneHanek);
       });
     } else {
-      r = rarely(atLeast(kMediumLimit), reduceMedium(fm, fx), payneHanek);
+      r = rarely(atLeast(kMediumLimit), reduceShort(fm, fx), payneHanek);
     }
     Value *parts[] = {r.hi, r.lo, r.q};
     Value *out = UndefValue::get(ret);
