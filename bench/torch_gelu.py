@@ -7,7 +7,11 @@ way (`aten.gelu.out` and `gelu_backward.grad_input` into preallocated
 outputs, so allocation is not timed) and hsnn's through the Python package,
 alternating, and prints the medians. Debian's python3-torch is 1.13.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_gelu.py [--rounds N]
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_gelu.py [--rounds N] [--accuracy]
+
+--accuracy prints instead both forwards' worst error over each unit interval
+of [-9, 9] (every 97th of 200001 points, in units of the float spacing at the
+true value x erfc(-x/sqrt 2)/2, computed by mpmath): what the speed buys.
 """
 import argparse
 import os
@@ -19,11 +23,36 @@ import hsnn
 from hsnn.bench import _median_ms as median_ms  # warm-up call, then the median
 
 
+def accuracy():
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    x = np.ascontiguousarray(np.linspace(-9, 9, 200001, dtype=np.float32)[::97])
+    ours = hsnn.ActivationLayer(["gelu"], dtype="f32").forward(x.reshape(1, -1))[0].astype(np.float64)
+    theirs = torch.nn.functional.gelu(torch.from_numpy(x)).numpy().astype(np.float64)
+    worst = {}
+    for v, a, b in zip(x.astype(np.float64), ours, theirs):
+        t = mp.mpf(v) * mp.erfc(-mp.mpf(v) / mp.sqrt(2)) / 2
+        spacing = float(np.spacing(np.abs(np.float32(float(t))))) or 2.0**-149
+        k = int(np.floor(v))
+        w = worst.setdefault(k, [0.0, 0.0])
+        w[0] = max(w[0], float(abs(a - t)) / spacing)
+        w[1] = max(w[1], float(abs(b - t)) / spacing)
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "default")
+    print(f"worst error in float spacings, torch {torch.__version__} (ATEN_CPU_CAPABILITY {capability})")
+    print("   [x, x+1)     hsnn      torch")
+    for k in sorted(worst):
+        print(f"{k:5d}, {k + 1:3d}  {worst[k][0]:8.3g}  {worst[k][1]:9.3g}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--accuracy", action="store_true")
     args = ap.parse_args()
+    if args.accuracy:
+        return accuracy()
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
     n = 1 << 24
