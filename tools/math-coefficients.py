@@ -170,7 +170,7 @@ def erf_table(function='erf', amax=6, steps_per_unit=128):
         print(f'{hexfloat(hi, "f64")}, {hexfloat(lo, "f64")}, {hexfloat(d, "f64")},')
 
 
-def pio2_short(dtype, k_bits):
+def pio2_short(dtype, k_bits, name=None):
     # pi/2 in three parts for sin/cos (MathTrig.cpp, reduceShort): the first
     # rounded to the type, the second cut to (type's bits - k_bits) bits so
     # that k times it is exact for |k| < 2^k_bits, the third rounded.
@@ -187,7 +187,7 @@ def pio2_short(dtype, k_bits):
     rest = h - p0 - p1 - p2
     ctype = 'float' if dtype == 'f32' else 'double'
     print(f'// pi/2 = p0 + p1 + p2 + 2^{mp.nstr(mp.log(abs(rest), 2), 4)}, p1 of {bits - k_bits} bits')
-    name = 'kPio2Short32' if dtype == 'f32' else 'kPio2Short64'
+    name = name or ('kPio2Short32' if dtype == 'f32' else 'kPio2Short64')
     print(f'constexpr {ctype} {name}[] = {{{", ".join(hexfloat(v, dtype) for v in (p0, p1, p2))}}};')
 
 
@@ -205,6 +205,7 @@ FITS = {
     'erfctable64': lambda: erf_table('erfc', 5),
     'pio2f32': lambda: pio2_short('f32', 14),
     'pio2f64': lambda: pio2_short('f64', 19),
+    'pio2f32medium': lambda: pio2_short('f32', 0, 'kPio2Medium32'),
 }
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
 //===- lib/CodeGen/MathTrig.cpp - sin, cos, tan and the arc functions as IR ===//
 //
-// sin, cos, tan: x = q pi/2 + r, |r| <= pi/4, in double-double, then
+// sin, cos, tan: x = q pi/2 + r, |r| <= pi/4, r as a pair hi + lo, then
 // polynomials in r^2 fitted for relative error (tools/math-coefficients.py)
 // and the quadrant q mod 4 picks and signs them (fdlibm's kernels' shape:
 // cos(r) = w + ((1 - w) - r^2/2 + ...) with w = 1 - r^2/2 keeps the
@@ -12,10 +12,14 @@
 // The pair is good to 2^-120 (doubles) at the doubles nearest a multiple
 // of pi/2 (r ~ 2^-60.5), and every float below 2^14 is within 0.81 ulp (r
 // rounded to one float gave 1.49). Seven operations where double-double
-// with four parts took 22 (sin f64, one thread, in cache: ...), and 8
+// with four parts took 22 (sin f64, one thread, in cache: 0.73x the time on
+// AVX2, 0.70x on AVX-512), and 8
 // floats no longer make two registers of doubles (sin f32: 0.80x the time
-// on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 are reduced in
-// double (two parts of pi/2 are enough for their 24 bits). Past 2^19,
+// on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 take full-length
+// parts with TwoProd and TwoSum (reduceMediumFloat, 16 operations; every
+// float there within 0.79 ulp): for such inputs 1.1x the time of the old
+// reduction in double, where reducing them in double again after the
+// short path took 1.5-1.7x. Past 2^19,
 // Payne-Hanek on integers: x = m 2^e times the 256 bits of 2/pi that
 // matter at e (the bits above them give multiples of 4), 128 fraction bits
 // kept. Both run only when some lane needs them (branches in a small
@@ -59,9 +63,10 @@ constexpr double kAtanF64[] = {-0x1.5555555555555p-2, 0x1.9999999999955p-3,  -0x
                                -0x1.745d1660a6dc7p-4, 0x1.3b139322fe5a2p-4,  -0x1.110e8cdd15a52p-4, 0x1.e19a7c66a2365p-5,
                                -0x1.ac7d6d8102f14p-5, 0x1.74ea2dc4f3487p-5,  -0x1.1b51f60771571p-5, 0x1.0b135dad78767p-6};
 
-// pi/2 = kPio2Float[0] + kPio2Float[1] + 2^-87.9, the first of 33 bits (floats
-// past kFloatLimit, in double).
-constexpr double kPio2Float[] = {0x1.921fb544p+0, 0x1.0b4611a626331p-34};
+// pi/2 = kPio2Medium32[0] + kPio2Medium32[1] + kPio2Medium32[2] + 2^-76.3, each
+// rounded to float (floats from kFloatLimit to kMediumLimit; tools/
+// math-coefficients.py pio2f32medium).
+constexpr float kPio2Medium32[] = {0x1.921fb6p+0f, -0x1.777a5cp-25f, -0x1.ee59dap-50f};
 // pi/2, pi/4 and pi as hi + lo.
 constexpr double kPio2Hi = 0x1.921fb54442d18p+0, kPio2Lo = 0x1.1a62633145c07p-54;
 constexpr double kPio4Hi = 0x1.921fb54442d18p-1, kPio4Lo = 0x1.1a62633145c07p-55;
@@ -69,7 +74,7 @@ constexpr double kPiHi = 0x1.921fb54442d18p+1, kPiLo = 0x1.1a62633145c07p-53;
 constexpr double kTanPiOver8 = 0x1.a827999fcef32p-2;
 // Past this |x| the reduction takes the Payne-Hanek path.
 constexpr double kMediumLimit = 0x1p19;
-// Past this |x| floats are reduced in double (reduceMediumFloat).
+// Past this |x| floats take reduceMediumFloat.
 constexpr double kFloatLimit = 0x1p14;
 // pi/2 = p0 + p1 + p2 + 2^-63.4 (floats) or 2^-142.2 (doubles), p1 of 10
 // or 34 bits so that k p1 is exact for |k| < 2^14 or 2^19 (tools/
@@ -201,22 +206,20 @@ Function *largeReduction(Module &mod) {
   return f;
 }
 
-/// Cody-Waite for floats below kMediumLimit, in double: a float has 24
-/// bits, so k times pi/2's first 33 bits is exact and one more part leaves
-/// r within 2^-50 of itself, far below a float's ulp. Returns r as a
-/// double-float and q.
+/// Cody-Waite for floats from kFloatLimit to kMediumLimit, in float: pi/2
+/// in three full-length parts, x - k p0 exact as in reduceShort, k p1
+/// taken exactly as TwoProd and subtracted as TwoSum (either may be the
+/// larger), k p2 and the error terms summed into lo.
 Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
-  IRBuilder<> &b = m.b;
-  MathEmitter d(b, m.t->getWithNewType(b.getDoubleTy()));
-  Value *xd = b.CreateFPExt(x, d.t);
-  Value *magic = d.c(0x1.8p52);
-  Value *kf = d.fma(xd, d.c(0x1.45f306dc9c883p-1), magic);
-  Value *nk = d.neg(d.sub(kf, magic));
-  Value *r = d.fma(nk, d.c(kPio2Float[0]), xd); // exact
-  r = d.fma(nk, d.c(kPio2Float[1]), r);
-  Value *hi = b.CreateFPTrunc(r, m.t);
-  Value *lo = b.CreateFPTrunc(d.sub(r, b.CreateFPExt(hi, d.t)), m.t); // exact difference
-  return {hi, lo, b.CreateTrunc(b.CreateSub(d.bits(kf), d.bits(magic)), m.it)};
+  Value *magic = m.c(0x1.8p23);
+  Value *kf = m.fma(x, m.c(0x1.45f306p-1), magic);
+  Value *nk = m.neg(m.sub(kf, magic));
+  Value *r0 = m.fma(nk, m.c(kPio2Medium32[0]), x);
+  DoubleWord t = m.twoProd(nk, m.c(kPio2Medium32[1]));
+  DoubleWord s = m.twoSum(r0, t.hi);
+  Value *lo = m.fma(nk, m.c(kPio2Medium32[2]), m.add(s.lo, t.lo));
+  DoubleWord r = m.fastTwoSum(s.hi, lo);
+  return {r.hi, r.lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
 }
 
 /// {hi, lo, q} with the lanes of x past kMediumLimit reduced again by
