@@ -170,6 +170,20 @@ def erf_table(function='erf', amax=6, steps_per_unit=128):
         print(f'{hexfloat(hi, "f64")}, {hexfloat(lo, "f64")}, {hexfloat(d, "f64")},')
 
 
+def exp_fit(degree):
+    # exp's polynomial for doubles (InlineMath.cpp): exp(r) = 1 + r P(r) and
+    # expm1(r) = r + r^2 Q(r), P = 1 + r Q, for |r| <= ln2/2; Q fitted for
+    # relative error, so that expm1's shifted use of P keeps it.
+    h = mp.log(2) / 2
+    q = lambda r: (mp.expm1(r) - r) / (r * r) if r != 0 else mp.mpf(0.5)
+    coef = fit(q, -h, h, degree, points=200, iterations=20)
+
+    def check(rc):
+        return [abs(poly(rc, u) - q(u)) / q(u) for u in dense(-h, h) if u != 0]
+    report('ExpQ64', coef, 'f64', check)
+    print('// kExpP64 = {1.0, kExpQ64...}')
+
+
 def pio2_short(dtype, k_bits, name=None):
     # pi/2 in three parts for sin/cos (MathTrig.cpp, reduceShort): the first
     # rounded to the type, the second cut to (type's bits - k_bits) bits so
@@ -203,6 +217,7 @@ FITS = {
     'erftail32': lambda: erf_tail_fit('f32', 6, 0.875, 4, 0.875),
     'erftable64': lambda: erf_table('erf', 6),
     'erfctable64': lambda: erf_table('erfc', 5),
+    'expq64': lambda: exp_fit(10),
     'pio2f32': lambda: pio2_short('f32', 14),
     'pio2f64': lambda: pio2_short('f64', 19),
     'pio2f32medium': lambda: pio2_short('f32', 0, 'kPio2Medium32'),

@@ -44,21 +44,22 @@ namespace {
 
 // (exp(r) - 1)/r on [-ln2/2, ln2/2], lowest degree first.
 constexpr float kExpP[] = {1.0f, 0x1.fffff8p-2f, 0x1.55548ep-3f, 0x1.555b96p-5f, 0x1.123bccp-7f, 0x1.68532cp-10f};
-// The same in double: Taylor's 1/(n+1)! to n = 12, whose remainder
-// (ln2/2)^13/13! is 2^-58 of the result.
+// The same in double, 1 + r Q(r) with Q = (expm1(r) - r)/r^2 fitted for
+// relative error (tools/math-coefficients.py expq64): P within 2^-59.7 of
+// itself and Q, which expm1 uses, within 2^-57.2, with one coefficient fewer
+// than Taylor's 1/(n+1)! to n = 12 (2^-58).
 constexpr double kExpP64[] = {1.0,
-                              0x1.0000000000000p-1,
-                              0x1.5555555555555p-3,
-                              0x1.5555555555555p-5,
-                              0x1.1111111111111p-7,
-                              0x1.6c16c16c16c17p-10,
-                              0x1.a01a01a01a01ap-13,
-                              0x1.a01a01a01a01ap-16,
-                              0x1.71de3a556c734p-19,
-                              0x1.27e4fb7789f5cp-22,
-                              0x1.ae64567f544e4p-26,
-                              0x1.1eed8eff8d898p-29,
-                              0x1.6124613a86d09p-33};
+                              0x1p-1,
+                              0x1.5555555555557p-3,
+                              0x1.555555555554ep-5,
+                              0x1.11111111100eep-7,
+                              0x1.6c16c16c1a07ep-10,
+                              0x1.a01a01abdeff1p-13,
+                              0x1.a01a01905e698p-16,
+                              0x1.71de024b46d83p-19,
+                              0x1.27e510e396201p-22,
+                              0x1.af4db89e3bc2ap-26,
+                              0x1.1f19e523470d3p-29};
 
 // (log1p(f) - f)/f^2 on [sqrt(1/2) - 1, sqrt(2) - 1], lowest degree first:
 // a degree-8 fit for the relative error of f + f^2 Q(f) (2^-27.9 before
