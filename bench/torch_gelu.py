@@ -7,7 +7,10 @@ way (`aten.gelu.out` and `gelu_backward.grad_input` into preallocated
 outputs, so allocation is not timed) and hsnn's through the Python package,
 alternating, and prints the medians. Debian's python3-torch is 1.13.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_gelu.py [--rounds N] [--accuracy]
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_gelu.py [--rounds N] [--tanh] [--accuracy]
+
+--tanh times the tanh approximation instead: hsnn's gelu_tanh against
+PyTorch's approximate='tanh'.
 
 --accuracy prints instead both forwards' worst error over each unit interval
 of [-9, 9] (every 97th of 200001 points, in units of the float spacing at the
@@ -49,6 +52,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--tanh", action="store_true", help="gelu_tanh against approximate='tanh'")
     ap.add_argument("--accuracy", action="store_true")
     args = ap.parse_args()
     if args.accuracy:
@@ -61,18 +65,20 @@ def main():
     err = rng.uniform(-1, 1, n).astype(np.float32)
     tz, terr = torch.from_numpy(z), torch.from_numpy(err)
     tout, tgrad = torch.empty_like(tz), torch.empty_like(tz)
-    layer = hsnn.ActivationLayer(["gelu"], dtype="f32", layout="nodes_major")
+    approximate = "tanh" if args.tanh else "none"
+    layer = hsnn.ActivationLayer(["gelu_tanh" if args.tanh else "gelu"], dtype="f32", layout="nodes_major")
     z2, err2, out2 = z.reshape(1, n), err.reshape(1, n), np.empty((1, n), np.float32)
     # Same values: hsnn's accurate gelu and PyTorch's agree to float precision here.
     layer.forward(z2, out=out2)
-    torch.ops.aten.gelu.out(tz, out=tout)
+    torch.ops.aten.gelu.out(tz, approximate=approximate, out=tout)
     assert np.allclose(out2[0], tout.numpy(), rtol=1e-5, atol=1e-6)
-    print(f"2^24 floats, {threads} threads, torch {torch.__version__}, medians of {args.reps} (ms)")
+    print(f"2^24 floats, {threads} threads, torch {torch.__version__}, approximate={approximate!r}, medians of {args.reps} (ms)")
     print("round  torch fwd  hsnn fwd  torch bwd  hsnn bwd")
     for r in range(args.rounds):
-        tf = median_ms(lambda: torch.ops.aten.gelu.out(tz, out=tout), args.reps)
+        tf = median_ms(lambda: torch.ops.aten.gelu.out(tz, approximate=approximate, out=tout), args.reps)
         hf = median_ms(lambda: layer.forward(z2, out=out2), args.reps)
-        tb = median_ms(lambda: torch.ops.aten.gelu_backward.grad_input(terr, tz, grad_input=tgrad), args.reps)
+        tb = median_ms(lambda: torch.ops.aten.gelu_backward.grad_input(terr, tz, approximate=approximate, grad_input=tgrad),
+                       args.reps)
         hb = median_ms(lambda: layer.backward(z2, err2, out=out2), args.reps)
         print(f"{r:5d}  {tf:9.2f}  {hf:8.2f}  {tb:9.2f}  {hb:8.2f}")
 
