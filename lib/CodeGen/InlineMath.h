@@ -42,6 +42,9 @@ llvm::Value *emitExp(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitExpm1(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitLog(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitLog1p(llvm::IRBuilder<> &b, llvm::Value *x);
+/// log1p(x) for x in [0, 1] or NaN (softplus's log1p(exp(-|u|))): emitLog1p's
+/// bits there without its special lanes or its test for -0.
+llvm::Value *emitLog1pOfUnit(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitErf(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitErfc(llvm::IRBuilder<> &b, llvm::Value *x);
 llvm::Value *emitSinh(llvm::IRBuilder<> &b, llvm::Value *x);

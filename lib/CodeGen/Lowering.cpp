@@ -255,7 +255,7 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     Value *a = arg(0);
     Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
     Value *pos = b.CreateSelect(b.CreateFCmpOGT(a, fp(0)), a, fp(0));
-    return b.CreateFAdd(pos, callMath(b, "log1p", {e}, t));
+    return b.CreateFAdd(pos, inlineMath() ? emitLog1pOfUnit(b, e) : callMath(b, "log1p", {e}, t));
   }
   default:
     break;
