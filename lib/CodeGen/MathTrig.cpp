@@ -13,9 +13,8 @@
 // of pi/2 (r ~ 2^-60.5), and every float below 2^14 is within 0.81 ulp (r
 // rounded to one float gave 1.49). Seven operations where double-double
 // with four parts took 22 (sin f64, one thread, in cache: 0.73x the time on
-// AVX2, 0.70x on AVX-512), and 8
-// floats no longer make two registers of doubles (sin f32: 0.80x the time
-// on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 take full-length
+// AVX2, 0.70x on AVX-512), and 8 floats no longer make two registers of
+// doubles (sin f32: 0.80x on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 take full-length
 // parts with TwoProd and TwoSum (reduceMediumFloat, 16 operations; every
 // float there within 0.79 ulp): for such inputs 1.1x the time of the old
 // reduction in double, where reducing them in double again after the
@@ -97,25 +96,33 @@ struct Reduced {
   Value *hi, *lo, *q;
 };
 
+/// k = x 2/pi rounded to an integer, as -k in x's type and as q = k in its
+/// integer type: the magic constant 1.5 2^m leaves k in the low mantissa
+/// bits. 2/pi rounded to the type can make k one off near a half-integer:
+/// r then passes pi/4 by less than 2^-9 below the limits the callers have,
+/// where the polynomials still hold.
+std::pair<Value *, Value *> nearestQuadrant(MathEmitter &m, Value *x) {
+  bool f32 = m.isF32();
+  Value *magic = m.c(f32 ? 0x1.8p23 : 0x1.8p52);
+  Value *kf = m.fma(x, m.c(f32 ? 0x1.45f306p-1 : 0x1.45f306dc9c883p-1), magic);
+  return {m.neg(m.sub(kf, magic)), m.b.CreateSub(m.bits(kf), m.bits(magic))};
+}
+
 /// Cody-Waite for |x| below kFloatLimit (floats) or kMediumLimit (doubles)
 /// in x's type (see the header): x - k p0 is exact (a multiple of the
 /// ulp of 1 below 1 in magnitude), so is k p1, so hi = r0 - k p1 rounds
 /// once and its error r0 - hi - k p1 is exact too (Sterbenz, or hi itself
 /// exact where r0 and k p1 cancel); k p2 joins the error in lo. p1 of 8
-/// bits and a limit of 2^16 left floats 20 ulp off. 2/pi rounded to the
-/// type can make k one off near a half-integer: r then passes pi/4 by less
-/// than 2^-9, where the polynomials still hold.
+/// bits and a limit of 2^16 left floats 20 ulp off.
 Reduced reduceShort(MathEmitter &m, Value *x) {
   bool f32 = m.isF32();
   auto pio2 = [&](int i) { return m.c(f32 ? double(kPio2Short32[i]) : kPio2Short64[i]); };
-  Value *magic = m.c(f32 ? 0x1.8p23 : 0x1.8p52);
-  Value *kf = m.fma(x, m.c(f32 ? 0x1.45f306p-1 : 0x1.45f306dc9c883p-1), magic); // x 2/pi rounded to an integer
-  Value *nk = m.neg(m.sub(kf, magic));
+  auto [nk, q] = nearestQuadrant(m, x);
   Value *r0 = m.fma(nk, pio2(0), x);
   Value *hi = m.fma(nk, pio2(1), r0);
   Value *lo = m.fma(nk, pio2(1), m.sub(r0, hi)); // hi's rounding error
   lo = m.fma(nk, pio2(2), lo);
-  return {hi, lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
+  return {hi, lo, q};
 }
 
 /// The Payne-Hanek reduction of one double, finite with |x| >= 2^19, as a
@@ -211,15 +218,13 @@ Function *largeReduction(Module &mod) {
 /// taken exactly as TwoProd and subtracted as TwoSum (either may be the
 /// larger), k p2 and the error terms summed into lo.
 Reduced reduceMediumFloat(MathEmitter &m, Value *x) {
-  Value *magic = m.c(0x1.8p23);
-  Value *kf = m.fma(x, m.c(0x1.45f306p-1), magic);
-  Value *nk = m.neg(m.sub(kf, magic));
+  auto [nk, q] = nearestQuadrant(m, x);
   Value *r0 = m.fma(nk, m.c(kPio2Medium32[0]), x);
   DoubleWord t = m.twoProd(nk, m.c(kPio2Medium32[1]));
   DoubleWord s = m.twoSum(r0, t.hi);
   Value *lo = m.fma(nk, m.c(kPio2Medium32[2]), m.add(s.lo, t.lo));
   DoubleWord r = m.fastTwoSum(s.hi, lo);
-  return {r.hi, r.lo, m.b.CreateSub(m.bits(kf), m.bits(magic))};
+  return {r.hi, r.lo, q};
 }
 
 /// {hi, lo, q} with the lanes of x past kMediumLimit reduced again by
