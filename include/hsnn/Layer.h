@@ -131,6 +131,11 @@ struct CompileInfo {
   /// so no formula was parsed (parseMs and diffMs are 0).
   bool modelFromCache = false;
   size_t objectBytes = 0;
+  /// cpu_jit: the kernels' objects this compile made, and those it found in
+  /// the cache. A large layer's functions are cut by their formulas, each
+  /// in an object of its own, so a layer with one formula changed compiles
+  /// one per kind and finds the rest.
+  size_t objectsCompiled = 0, objectsFromCache = 0;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat
   /// a pattern and run in place by row kernels; 0 when tiles are
   /// transposed instead (formulas scattered with no short period).

@@ -4,6 +4,7 @@
 #include "Program/Launch.h"
 #include "Program/Stopwatch.h"
 #include "HostId.h"
+#include "MathObjects.h"
 #include "SharedObject.h"
 #include "Model/KernelRequests.h"
 #include "RowCalibration.h"
@@ -19,6 +20,7 @@
 #include <gnu/libc-version.h>
 #include <mutex>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_invoke.h>
 
 namespace hsnn::detail {
 namespace {
@@ -36,7 +38,7 @@ constexpr size_t kLossBlock = 16384; // elements per loss call and per partial s
 
 // Bump it when the objects' layout or entry points change; the code
 // generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
-constexpr const char *kObjectFormat = "hsnn-host-object-16";
+constexpr const char *kObjectFormat = "hsnn-host-object-17";
 
 // What the requests compile to on a given target: the tapes (the canonical
 // form of the formulas after simplification and differentiation), kernel
@@ -63,14 +65,8 @@ void addRequests(CacheKeyBuilder &k, std::span<const KernelRequest> requests, co
 // compiler and hsnn versions.
 CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &options, const HostTarget &t) {
   CacheKeyBuilder k;
-  k.add("format", kObjectFormat)
-      .add("code-generator", HSNN_CODEGEN_TOKEN)
-      .add("hsnn", HSNN_VERSION)
-      .add("llvm", t.llvmVersion)
-      .add("triple", t.triple)
-      .add("cpu", t.cpu)
-      .add("features", t.features)
-      .add("vector-math", t.vectorMath);
+  k.add("format", kObjectFormat);
+  addCompilerAndTarget(k, t);
   addRequests(k, requests, options);
   return k.finish();
 }
@@ -102,7 +98,7 @@ std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, c
   if (host.fingerprint.empty())
     return std::nullopt;
   CacheKeyBuilder k;
-  k.add("format", "hsnn-linked-4") // 4: libmvec and libm are DT_NEEDED
+  k.add("format", "hsnn-linked-5") // 5: math functions linked beside the kernels
       .add("object-format", kObjectFormat)
       .add("code-generator", HSNN_CODEGEN_TOKEN)
       .add("hsnn", HSNN_VERSION)
@@ -115,13 +111,16 @@ std::optional<CacheKey> hostLinkedKey(std::span<const KernelRequest> requests, c
   addRequests(k, requests, options);
   return k.finish();
 }
-CacheKey objectsLinkedKey(std::span<const CacheKey> objects, std::span<const std::string> symbols) {
+CacheKey objectsLinkedKey(std::span<const CacheKey> objects, std::span<const std::string> symbols,
+                          std::span<const MathFunction> math) {
   CacheKeyBuilder k;
-  k.add("format", "hsnn-linked-2");
+  k.add("format", "hsnn-linked-3");
   for (const CacheKey &o : objects)
     k.add("object", toHex(o));
   for (const std::string &s : symbols)
     k.add("symbol", s);
+  for (const MathFunction &f : math) // compiled as the objects are
+    k.add("math", f.symbol());
   return k.finish();
 }
 
@@ -135,17 +134,21 @@ size_t countTapes(std::span<const KernelRequest> requests) {
 }
 
 // Where each object's requests start (and, last, the end): consecutive
-// requests, at most `limit` tapes each unless one request alone has more.
-// It depends only on the requests, so cache keys do not change with the
-// thread count.
+// requests, at most `limit` tapes each unless one request alone has more,
+// and a function of several formulas always alone: its object's cache
+// entry then does not depend on its neighbours, so a layer with one
+// formula changed finds the others' objects (multiUnitKernels cuts large
+// layers by content). It depends only on the requests, so cache keys do
+// not change with the thread count.
 std::vector<size_t> chunkStarts(std::span<const KernelRequest> requests) {
   const size_t limit = std::clamp<size_t>((countTapes(requests) + kSmallChunks - 1) / kSmallChunks, 1,
                                           kMaxTapesPerChunk);
   std::vector<size_t> starts{0};
   size_t tapes = 0;
+  auto multi = [&](size_t i) { return requests[i].units.size() > 1; };
   for (size_t i = 0; i < requests.size(); ++i) {
     size_t t = countTapes(requests.subspan(i, 1));
-    if (tapes > 0 && tapes + t > limit) {
+    if (tapes > 0 && (tapes + t > limit || multi(i) || multi(i - 1))) {
       starts.push_back(i);
       tapes = 0;
     }
@@ -197,6 +200,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     info.objectBytes = image->size();
     info.loadMs = msSince(t0);
     info.cacheHit = info.linkedFromCache = true;
+    info.objectsCompiled = 0;
+    info.objectsFromCache = chunks;
     if (progress) {
       size_t all = countTapes(requests);
       progress(all, all);
@@ -220,9 +225,11 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   for (size_t c = 0; c < chunks; ++c)
     keys.push_back(objectKey(part(c), options, (*jit)->target()));
   const size_t totalTapes = countTapes(requests);
+  // The math library's functions that the kernels call rather than inline.
+  const std::vector<MathFunction> mathFunctions = calledMathFunctions(requests, (*jit)->target().vectorBits);
 
   if (!linkedKey) {
-    linkedKey = objectsLinkedKey(keys, symbols);
+    linkedKey = objectsLinkedKey(keys, symbols, mathFunctions);
     if (auto lib = loadLinked(*linkedKey))
       return lib;
   }
@@ -263,16 +270,32 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   };
   if (!misses.empty())
     chooseRowShape();
-  tbb::parallel_for(size_t(0), misses.size(), [&](size_t i) {
-    compile(misses[i]);
-    report(misses[i]);
-  });
+  Expected<MathObjects> math = MathObjects{};
+  tbb::parallel_invoke(
+      [&] {
+        if (!mathFunctions.empty())
+          math = mathObjects(**jit, mathFunctions, compileOptions, cache);
+      },
+      [&] {
+        tbb::parallel_for(size_t(0), misses.size(), [&](size_t i) {
+          compile(misses[i]);
+          report(misses[i]);
+        });
+      });
   for (Error &e : errors)
     if (e)
       return std::move(e);
+  if (!math)
+    return math.error();
+  // Linked beside the kernels (after them: the symbols' order is theirs).
+  auto withMath = [&] {
+    std::vector<std::vector<char>> all = objects;
+    all.insert(all.end(), math->objects.begin(), math->objects.end());
+    return all;
+  };
 
   CompileStats loadStats;
-  auto lib = (*jit)->load(objects, symbols, &loadStats);
+  auto lib = (*jit)->load(withMath(), symbols, &loadStats);
   if (!lib && std::find(hit.begin(), hit.end(), 1) != hit.end()) {
     // A verified entry that does not link (the machine's libmvec changed,
     // say) is compiled afresh and replaced, like any other miss.
@@ -282,11 +305,13 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
     for (Error &e : errors)
       if (e)
         return std::move(e);
-    lib = (*jit)->load(objects, symbols, &loadStats);
+    lib = (*jit)->load(withMath(), symbols, &loadStats);
   }
   if (!lib)
     return lib.error();
-  info.emitMs = info.optimizeMs = info.codegenMs = 0;
+  info.emitMs = math->stats.emitMs;
+  info.optimizeMs = math->stats.optimizeMs;
+  info.codegenMs = math->stats.codegenMs;
   info.objectBytes = 0;
   for (size_t c = 0; c < chunks; ++c) { // CPU time summed over the parallel compiles
     info.emitMs += stats[c].emitMs;
@@ -296,8 +321,10 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   }
   info.loadMs = loadStats.loadMs;
   info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
+  info.objectsFromCache = size_t(std::count(hit.begin(), hit.end(), 1));
+  info.objectsCompiled = chunks - info.objectsFromCache;
   if (cache)
-    storeLinkedLater(cacheConfig, *linkedKey, std::move(objects), description + "; linked into one shared object",
+    storeLinkedLater(cacheConfig, *linkedKey, withMath(), description + "; linked into one shared object",
                      symbols.front());
   return lib;
 }

@@ -65,9 +65,14 @@ public:
   static const char *llvmVersion();
 
   virtual const HostTarget &target() const = 0;
-  /// Emits, optimizes and compiles the kernels into one object file.
+  /// Emits, optimizes and compiles the kernels into one object file; the
+  /// math functions they call (calledMathFunctions) are not in it.
   virtual Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
                                                     CompileStats *stats) = 0;
+  /// The math functions that such objects' kernels call (MathCalls.h),
+  /// compiled into one object, for load() to link beside them.
+  virtual Expected<std::vector<char>> compileMath(std::span<const MathFunction> functions, const JITOptions &options,
+                                                  CompileStats *stats) = 0;
   /// Links objects into the process (one JITDylib) and resolves the symbols.
   virtual Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,
                                                         std::span<const std::string> symbols, CompileStats *stats) = 0;

@@ -22,9 +22,6 @@ namespace {
 
 using namespace llvm;
 
-/// Vector registers an elementwise kernel's step spans (see build()).
-constexpr unsigned kElementwiseRegisters = 2;
-
 class KernelBuilder {
 public:
   KernelBuilder(Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o), lowering_(m, o) {}
@@ -83,11 +80,9 @@ public:
     // cache, bce's mean 0.87x (AVX2) and 0.92x (AVX-512) the time, a mean
     // of log 0.91x and 0.94x; mse's took 1.2x with two on AVX-512, so
     // plain arithmetic keeps one. The constants' gradients keep one too.
+    lowering_.setOutlineMath(outlinesMath(r));
     const bool groupedSum = kindInfo(r.kind).summing && et->isFloatTy();
-    const bool costlyTerms = ElementLowering::callsMath(*r.program);
-    unsigned lanes = std::max(1u, opt_.vectorBits / elemBits);
-    if (!kindInfo(r.kind).constants && (!kindInfo(r.kind).summing || groupedSum || costlyTerms))
-      lanes *= kElementwiseRegisters;
+    const unsigned lanes = elementwiseLanes(r, opt_.vectorBits);
     auto *vt = FixedVectorType::get(et, lanes);
     Align align(elemBits / 8);
     auto block = [&](const char *name) { return BasicBlock::Create(ctx_, name, fn); };
@@ -660,6 +655,16 @@ llvm::Error emitLayerEntryPoints(llvm::Module &m, const LayerEntryPoints &layer)
   }
   if (!layer.constantKernel.empty())
     return emitConstantGradientEntry(m, layer, offsetTable);
+  return llvm::Error::success();
+}
+
+llvm::Error emitMathFunctions(Module &module, std::span<const MathFunction> functions, const EmitOptions &options) {
+  EmitOptions o = options;
+  o.externalMath = true; // hidden external definitions, for the kernels' objects to link
+  ElementLowering lowering(module, o);
+  for (const MathFunction &fn : functions)
+    if (llvm::Error e = lowering.defineMathFunction(fn))
+      return e;
   return llvm::Error::success();
 }
 

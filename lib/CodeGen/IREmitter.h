@@ -8,6 +8,7 @@
 #pragma once
 
 #include "KernelSpec.h"
+#include "MathCalls.h"
 #include "RowShape.h"
 
 #include <functional>
@@ -49,6 +50,10 @@ struct EmitOptions {
   bool fastMath = false;
   /// NVPTX: scalar values, math always hsnn's own library.
   bool gpu = false;
+  /// Math functions that a kernel calls (MathCalls.h) are declarations,
+  /// linked from objects of their own (the host JIT's); otherwise each
+  /// module defines those it calls (ahead-of-time objects).
+  bool externalMath = false;
   /// Loss kernels return their sum as {sum, residual} (SumParts, KernelSpec.h)
   /// for the host JIT to add across blocks; otherwise (AOT) as one double.
   bool sumParts = false;
@@ -57,6 +62,10 @@ struct EmitOptions {
 /// Adds one function per request to `module` (whose data layout and triple
 /// are already set). The functions have external linkage and C names.
 llvm::Error emitKernels(llvm::Module &module, std::span<const KernelRequest> requests, const EmitOptions &options);
+
+/// Adds the definitions of math functions that kernels emitted with
+/// EmitOptions::externalMath call (MathCalls.h).
+llvm::Error emitMathFunctions(llvm::Module &module, std::span<const MathFunction> functions, const EmitOptions &options);
 
 /// Adds the GPU kernels of `spec` (see KernelSpec.h) to an NVPTX module,
 /// marked as kernels (nvvm.annotations). `options.gpu` must be set.

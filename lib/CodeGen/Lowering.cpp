@@ -255,7 +255,11 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
     Value *a = arg(0);
     Value *e = callMath(b, "exp", {b.CreateFNeg(callMath(b, "llvm.fabs", {a}, t))}, t);
     Value *pos = b.CreateSelect(b.CreateFCmpOGT(a, fp(0)), a, fp(0));
-    return b.CreateFAdd(pos, inlineMath() ? emitLog1pOfUnit(b, e) : callMath(b, "log1p", {e}, t));
+    if (!inlineMath())
+      return b.CreateFAdd(pos, callMath(b, "log1p", {e}, t));
+    if (!outlineMath_)
+      return b.CreateFAdd(pos, emitLog1pOfUnit(b, e));
+    return b.CreateFAdd(pos, callOutlined(b, "log1p_unit", {e}));
   }
   default:
     break;
@@ -269,11 +273,66 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
   return callMath(b, libm, args, t);
 }
 
-bool ElementLowering::callsMath(const Program &p) {
-  return std::any_of(p.code.begin(), p.code.end(), [](const Instr &in) {
-    std::string_view libm = opInfo(in.op).libm;
-    return in.op == Op::Sigmoid || in.op == Op::Softplus || (!libm.empty() && !libm.starts_with("llvm."));
-  });
+namespace {
+// The math library's function `name` (MathCalls.h) of args.
+Value *mathBody(IRBuilder<> &b, std::string_view name, ArrayRef<Value *> args) {
+  return name == "log1p_unit" ? emitLog1pOfUnit(b, args[0]) : emitInlineMath(b, name, args);
+}
+} // namespace
+
+Function *ElementLowering::mathFunction(const MathFunction &fn, bool define) {
+  std::string symbol = fn.symbol();
+  if (Function *f = m_.getFunction(symbol); f && (!define || !f->isDeclaration()))
+    return f;
+  Type *et = fn.dtype == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_);
+  Type *t = fn.lanes > 1 ? FixedVectorType::get(et, fn.lanes) : et;
+  Function *f = m_.getFunction(symbol);
+  if (!f) {
+    SmallVector<Type *, 2> params(fn.arity(), t);
+    bool internal = define && !opt_.externalMath;
+    f = Function::Create(FunctionType::get(t, params, false),
+                         internal ? GlobalValue::InternalLinkage : GlobalValue::ExternalLinkage, symbol, m_);
+    if (!internal)
+      f->setVisibility(GlobalValue::HiddenVisibility);
+    // The kernels' vector width on both sides, so that caller and callee
+    // pass vectors alike.
+    f->addFnAttr("prefer-vector-width", std::to_string(opt_.vectorBits));
+    f->addFnAttr("min-legal-vector-width", std::to_string(opt_.vectorBits));
+    f->setDoesNotThrow();
+    f->addFnAttr(Attribute::NoFree);
+    f->addFnAttr(Attribute::NoSync);
+    f->addFnAttr(Attribute::WillReturn);
+    f->addFnAttr(Attribute::NoInline);
+  }
+  if (!define)
+    return f;
+  IRBuilder<> fb(BasicBlock::Create(ctx_, "entry", f));
+  SmallVector<Value *, 2> args;
+  for (Argument &a : f->args())
+    args.push_back(&a);
+  Value *v = mathBody(fb, fn.name, args);
+  if (!v) {
+    f->eraseFromParent();
+    return nullptr;
+  }
+  fb.CreateRet(v);
+  return f;
+}
+
+llvm::Error ElementLowering::defineMathFunction(const MathFunction &fn) {
+  if (!mathFunction(fn, true))
+    return make_error<StringError>(fmt::format("the math library has no function '{}'", fn.name),
+                                   inconvertibleErrorCode());
+  return llvm::Error::success();
+}
+
+Value *ElementLowering::callOutlined(IRBuilder<> &b, std::string_view name, ArrayRef<Value *> args) {
+  Type *t = args[0]->getType();
+  auto *vt = dyn_cast<FixedVectorType>(t);
+  MathFunction fn{std::string(name), t->getScalarType()->isFloatTy() ? DType::F32 : DType::F64,
+                  vt ? vt->getNumElements() : 1u};
+  Function *f = mathFunction(fn, !opt_.externalMath);
+  return f ? b.CreateCall(f, args) : nullptr;
 }
 
 // An LLVM intrinsic ("llvm.fabs") or a libm function ("exp" -> exp/expf).
@@ -290,7 +349,7 @@ Value *ElementLowering::callMath(IRBuilder<> &b, std::string_view base, ArrayRef
   // GPU; libmvec only where the CPU has no FMA. (A GPU function left
   // undefined here is refused by compilePtx.)
   if (inlineMath())
-    if (Value *v = emitInlineMath(b, base, args))
+    if (Value *v = outlineMath_ ? callOutlined(b, base, args) : emitInlineMath(b, base, args))
       return v;
   Type *et = t->getScalarType();
   std::string name = std::string(base) + (et->isFloatTy() ? "f" : "");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "IREmitter.h"
+#include "MathCalls.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
@@ -89,7 +90,13 @@ public:
   /// Whether lowering `p` calls a math function (exp, log, erf, ...: a libm
   /// name in Ops.def, or sigmoid and softplus, which lower to exp and log1p),
   /// not only arithmetic, selects and intrinsics.
-  static bool callsMath(const Program &p);
+  static bool callsMath(const Program &p) { return mathCallSites(p) > 0; }
+  /// Math functions called (MathCalls.h) instead of inlined at every use,
+  /// for the kernels built next: declared, where EmitOptions::externalMath,
+  /// else defined once in the module.
+  void setOutlineMath(bool outline) { outlineMath_ = outline; }
+  /// Adds `fn`'s definition, a hidden external function (MathCalls.h).
+  llvm::Error defineMathFunction(const MathFunction &fn);
 
 private:
   llvm::Expected<llvm::Value *> lower(llvm::IRBuilder<> &b, const Program &p, const Instr &in,
@@ -100,10 +107,16 @@ private:
   bool inlineMath() const { return opt_.gpu || (opt_.hasFMA && opt_.ownMath); }
   llvm::Value *callScalar(llvm::IRBuilder<> &b, const std::string &name, llvm::ArrayRef<llvm::Value *> args,
                           llvm::Type *t);
+  /// A call of math function `name` (MathCalls.h) on args, declared or
+  /// defined at its first use in the module.
+  llvm::Value *callOutlined(llvm::IRBuilder<> &b, std::string_view name, llvm::ArrayRef<llvm::Value *> args);
+  /// The function, declared (or with `define`, defined) in the module.
+  llvm::Function *mathFunction(const MathFunction &fn, bool define);
 
   llvm::Module &m_;
   llvm::LLVMContext &ctx_;
   const EmitOptions &opt_;
+  bool outlineMath_ = false;
 };
 
 } // namespace hsnn::detail

@@ -73,9 +73,10 @@ void runPasses(llvm::Module &module, llvm::TargetMachine &tm,
   build(pb).run(module, mam);
 }
 
-Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
-                                            const PipelineOptions &options, CompileStats *stats,
-                                            const ModuleExtender &extend) {
+namespace {
+// Emits through `emit`, verifies, optimizes and writes the module.
+Expected<std::vector<char>> compileModule(llvm::TargetMachine &tm, const PipelineOptions &options, CompileStats *stats,
+                                          llvm::function_ref<llvm::Error(llvm::Module &)> emit) {
   auto t0 = Clock::now();
   // -O1 uses the fast instruction selector and register allocator: about
   // a third of the compile time for code 5-20% slower (bench W1-W4).
@@ -86,14 +87,8 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
   llvm::Module module("hsnn", ctx);
   module.setDataLayout(tm.createDataLayout());
   module.setTargetTriple(tm.getTargetTriple().str());
-  auto fail = [](llvm::Error e, std::string_view what) {
-    return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));
-  };
-  if (llvm::Error e = emitKernels(module, requests, options.emit))
-    return fail(std::move(e), "code generation failed");
-  if (extend)
-    if (llvm::Error e = extend(module))
-      return fail(std::move(e), "code generation failed");
+  if (llvm::Error e = emit(module))
+    return Error(ErrorCode::Internal, fmt::format("code generation failed: {}", llvm::toString(std::move(e))));
   std::string verifyMessage;
   llvm::raw_string_ostream vs(verifyMessage);
   if (llvm::verifyModule(module, &vs))
@@ -150,6 +145,24 @@ Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<c
     stats->objectBytes = buffer.size();
   }
   return std::vector<char>(buffer.begin(), buffer.end());
+}
+} // namespace
+
+Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
+                                            const PipelineOptions &options, CompileStats *stats,
+                                            const ModuleExtender &extend) {
+  return compileModule(tm, options, stats, [&](llvm::Module &module) -> llvm::Error {
+    if (llvm::Error e = emitKernels(module, requests, options.emit))
+      return e;
+    return extend ? extend(module) : llvm::Error::success();
+  });
+}
+
+Expected<std::vector<char>> compileMathFunctions(llvm::TargetMachine &tm, std::span<const MathFunction> functions,
+                                                 const PipelineOptions &options, CompileStats *stats) {
+  return compileModule(tm, options, stats, [&](llvm::Module &module) {
+    return emitMathFunctions(module, functions, options.emit);
+  });
 }
 
 } // namespace hsnn::detail

@@ -51,6 +51,10 @@ using ModuleExtender = std::function<llvm::Error(llvm::Module &)>;
 void runPasses(llvm::Module &module, llvm::TargetMachine &tm,
                const std::function<llvm::ModulePassManager(llvm::PassBuilder &)> &build);
 
+/// The math functions' definitions (MathCalls.h), hidden, in one object.
+Expected<std::vector<char>> compileMathFunctions(llvm::TargetMachine &tm, std::span<const MathFunction> functions,
+                                                 const PipelineOptions &options, CompileStats *stats);
+
 Expected<std::vector<char>> compileRequests(llvm::TargetMachine &tm, std::span<const KernelRequest> requests,
                                             const PipelineOptions &options, CompileStats *stats,
                                             const ModuleExtender &extend = {});

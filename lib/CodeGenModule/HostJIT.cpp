@@ -173,7 +173,21 @@ public:
     po.emit.fastMath = options.fastMath;
     if (options.rowShape)
       po.emit.rowShape = *options.rowShape;
+    po.emit.externalMath = true;
     return compileRequests(**tm, requests, po, stats);
+  }
+
+  Expected<std::vector<char>> compileMath(std::span<const MathFunction> functions, const JITOptions &options,
+                                          CompileStats *stats) override {
+    if (Error e = ensureJIT())
+      return e;
+    auto tm = jtmb_->createTargetMachine();
+    if (!tm)
+      return fromLLVM(tm.takeError(), "cannot create a target machine");
+    PipelineOptions po;
+    po.optLevel = options.optLevel;
+    po.emit = emit_;
+    return compileMathFunctions(**tm, functions, po, stats);
   }
 
   Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,

@@ -16,6 +16,7 @@
 #include "Program/RowPlan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <string_view>
@@ -46,21 +47,64 @@ inline std::string kernelSymbol(std::string_view prefix, std::string_view tag, s
   return s;
 }
 
-/// The kind's kernels for every unit of `m`, named PREFIX_u<first unit>_<kind>;
-/// `strided` as KernelRequest::strided.
+namespace kernel_split {
+// FNV-1a: a hash that is the same in every process and build, for names
+// and cuts that cache keys depend on.
+inline uint64_t stableHash(std::string_view bytes, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : bytes)
+    h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+// Content-defined cuts (large layers): a function ends after a unit whose
+// tape hashes to 0 mod kCutEvery once it holds kMinUnits, or at
+// kMaxUnitsPerKernel. A formula added, removed or changed moves only the
+// cuts around it, so the other functions keep their tapes, names and
+// cache keys: a layer of 1000 formulas with one changed recompiles one
+// function per kind.
+inline constexpr size_t kMinUnits = 16, kCutEvery = 32;
+} // namespace kernel_split
+
+/// The kind's kernels for every unit of `m`; `strided` as KernelRequest::strided.
+/// Up to 2 kMaxUnitsPerKernel units: split evenly in kMultiKernels
+/// functions named PREFIX_u<first unit>_<kind>; more: cut by content
+/// (kernel_split) and named PREFIX_f<hash of the tapes>_<kind>.
 inline MultiKernelSet multiUnitKernels(const CompiledModel &m, KernelKind kind, const std::string &prefix,
                                        bool strided = false) {
+  using namespace kernel_split;
   MultiKernelSet set;
-  size_t per = std::clamp<size_t>((m.units.size() + kMultiKernels - 1) / kMultiKernels, 1, kMaxUnitsPerKernel);
-  for (size_t u0 = 0; u0 < m.units.size(); u0 += per) {
-    KernelRequest r{kernelSymbol(prefix, "_u", u0, kind), m.units[u0].programs[size_t(kind)], kind,
-                    m.options.dtype, strided};
-    for (size_t u = u0; u < std::min(u0 + per, m.units.size()); ++u) {
+  const size_t n = m.units.size();
+  const bool byContent = n > 2 * kMaxUnitsPerKernel;
+  std::vector<uint64_t> hash(n);
+  if (byContent)
+    for (size_t u = 0; u < n; ++u)
+      hash[u] = stableHash(m.units[u].programs[size_t(kind)]->fingerprint());
+  size_t per = std::clamp<size_t>((n + kMultiKernels - 1) / kMultiKernels, 1, kMaxUnitsPerKernel);
+  std::map<std::string, size_t> named;
+  for (size_t u0 = 0; u0 < n;) {
+    size_t end = std::min(u0 + per, n);
+    if (byContent) {
+      end = u0 + 1;
+      while (end < n && end - u0 < kMaxUnitsPerKernel && !(end - u0 >= kMinUnits && hash[end - 1] % kCutEvery == 0))
+        ++end;
+    }
+    std::string symbol = kernelSymbol(prefix, "_u", u0, kind);
+    if (byContent) {
+      uint64_t h = stableHash(kindName(kind));
+      for (size_t u = u0; u < end; ++u)
+        h = stableHash(std::string_view(reinterpret_cast<const char *>(&hash[u]), sizeof hash[u]), h);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+      size_t same = named[hex]++; // two functions of one hash: never met, but names must differ
+      symbol = prefix + "_f" + hex + (same ? "x" + std::to_string(same) : "") + "_" + std::string(kindName(kind));
+    }
+    KernelRequest r{symbol, m.units[u0].programs[size_t(kind)], kind, m.options.dtype, strided};
+    for (size_t u = u0; u < end; ++u) {
       set.caseOf.push_back(int64_t(r.units.size()));
       set.requestOf.push_back(set.requests.size());
       r.units.push_back(m.units[u].programs[size_t(kind)]);
     }
     set.requests.push_back(std::move(r));
+    u0 = end;
   }
   return set;
 }

@@ -118,6 +118,8 @@ py::dict compileInfoDict(const CompileInfo &i) {
   d["linked_from_cache"] = i.linkedFromCache;
   d["model_from_cache"] = i.modelFromCache;
   d["object_bytes"] = i.objectBytes;
+  d["objects_compiled"] = i.objectsCompiled;
+  d["objects_from_cache"] = i.objectsFromCache;
   d["row_segments"] = i.rowSegments;
   return d;
 }

@@ -11,6 +11,8 @@
 #include "RequireJit.h"
 
 #include "CodeGen/HostJIT.h"
+#include "CodeGen/MathCalls.h"
+#include "Model/KernelRequests.h"
 #include "hsnn/AOT.h"
 #include "hsnn/Layer.h"
 #include "hsnn/Runtime.h"
@@ -183,7 +185,85 @@ template <class T> void checkLoss(const std::string &name, uint64_t seed) {
   }
 }
 
+// Whether the model's kernels of `kind` call the math library (MathCalls.h)
+// rather than inline it: all of them (true), none (false).
+std::optional<bool> callsMathLibrary(const std::vector<NodeSpec> &nodes, DType dt, detail::KernelKind kind) {
+  std::vector<std::string> warnings;
+  auto model = detail::CompiledModel::activation(nodes, {.dtype = dt}, warnings);
+  REQUIRE(model);
+  detail::MultiKernelSet set = detail::multiUnitKernels(**model, kind, "k");
+  size_t called = 0;
+  for (const detail::KernelRequest &r : set.requests)
+    called += detail::outlinesMath(r);
+  if (called == set.requests.size())
+    return true;
+  return called == 0 ? std::optional(false) : std::nullopt;
+}
+
+// Every op and built-in alone (its kernels inline the math library) and in
+// one layer of them all (whose kernels call it): forward, backward and
+// fused, on inputs that reach the functions' rare lanes, bit for bit.
+template <class T> void calledMathGivesInlinedBits() {
+  constexpr DType dt = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+  std::vector<NodeSpec> nodes;
+  for (const std::string &f : activationFormulas({"exp(num*0.75) + log(num) + sin(num) + cos(num*3) + tan(num) + "
+                                                  "erf(num) + sinh(num) + atan2(num, 2) + num**0.3"}))
+    nodes.push_back({f, {}});
+  for (auto kind : {detail::KernelKind::Forward, detail::KernelKind::Backward, detail::KernelKind::Fused})
+    REQUIRE(callsMathLibrary(nodes, dt, kind) == std::optional(true));
+  auto all = ActivationLayer::compile(nodes, {.method = Method::CpuJit, .dtype = dt});
+  REQUIRE_OK_EXPECTED(all);
+  std::mt19937_64 rng(11);
+  const std::vector<T> v = values<T>(97, rng);
+  const size_t M = v.size(), width = nodes.size();
+  std::vector<T> z, err;
+  for (size_t j = 0; j < width; ++j) {
+    z.insert(z.end(), v.begin(), v.end());
+    for (size_t i = 0; i < M; ++i)
+      err.push_back(T(0.5 + double(i % 7)));
+  }
+  std::vector<T> a(z.size()), d(z.size()), fa(z.size()), fd(z.size());
+  REQUIRE_OK(all->forward(z, a, M));
+  REQUIRE_OK(all->backward(z, err, d, M));
+  REQUIRE_OK(all->fused(z, fa, fd, M));
+  size_t inlinedWithCalls = 0;
+  for (size_t j = 0; j < width; ++j) {
+    CAPTURE(nodes[j].formula);
+    std::vector<NodeSpec> alone = {nodes[j]};
+    auto forwardCalls = callsMathLibrary(alone, dt, detail::KernelKind::Forward);
+    REQUIRE(forwardCalls);
+    std::vector<std::string> warnings;
+    auto model = detail::CompiledModel::activation(alone, {.dtype = dt}, warnings);
+    REQUIRE(model);
+    const detail::Program &forward = *(*model)->units[0].programs[size_t(detail::KernelKind::Forward)];
+    inlinedWithCalls += !*forwardCalls && detail::mathCallSites(forward) > 0;
+    auto one = ActivationLayer::compile(alone, {.method = Method::CpuJit, .dtype = dt});
+    REQUIRE_OK_EXPECTED(one);
+    std::span<const T> zj(z.data() + j * M, M), ej(err.data() + j * M, M);
+    std::vector<T> oa(M), od(M), ofa(M), ofd(M);
+    REQUIRE_OK(one->forward(zj, oa, M));
+    REQUIRE_OK(one->backward(zj, ej, od, M));
+    REQUIRE_OK(one->fused(zj, ofa, ofd, M));
+    auto part = [&](const std::vector<T> &x) { return std::vector<T>(x.begin() + long(j * M), x.begin() + long((j + 1) * M)); };
+    expectSameBits(part(a), oa, "forward, called vs inlined");
+    expectSameBits(part(d), od, "backward, called vs inlined");
+    expectSameBits(part(fa), ofa, "fused value, called vs inlined");
+    expectSameBits(part(fd), ofd, "fused derivative, called vs inlined");
+  }
+  CHECK(inlinedWithCalls >= 30); // the comparison covers the math library, not arithmetic alone
+}
+
 } // namespace
+
+TEST_CASE("math functions called from large kernels give the bits they give inlined, every op and built-in, both dtypes") {
+  REQUIRE_JIT();
+  if (!__builtin_cpu_supports("fma")) {
+    MESSAGE("skipped: this CPU has no FMA, so its kernels call libmvec, not hsnn's math library");
+    return;
+  }
+  calledMathGivesInlinedBits<float>();
+  calledMathGivesInlinedBits<double>();
+}
 
 TEST_CASE("property: every entry point, layout, batch size, thread count and AOT give the same bits") {
   REQUIRE_JIT();

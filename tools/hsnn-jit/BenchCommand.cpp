@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "BenchCommon.h"
 #include "Commands.h"
+#include "CompileScaling.h"
 
 #include "hsnn/Backend.h"
 #include "hsnn/Cache.h"
@@ -53,7 +54,9 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
       sigmoid) over 2^24 elements: the vector math's throughput
   compile  cold compile of the W1 layer (cache off), a cache hit in a fresh
       process (process start-up reported apart, beside /bin/true started
-      the same way), and the interpreter on W1
+      the same way), and the interpreter on W1; then layers of distinct
+      formulas: 0-8 math calls a formula, 10-1000 random formulas with
+      exp/log/sin/cos, one formula changed in a compiled layer of 1000
   latency  (--device cuda) per-call time of the W1 layer's forward at
       64 x 32, 256 x 1024 and 256 x 65536 nodes x batch, both layouts:
       launch, kernel and synchronization, next to a copy of the same bytes
@@ -529,6 +532,7 @@ int runBench(std::span<const std::string_view> args) {
   std::vector<Result> results;
   std::vector<LayoutRatio> ratios;
   CompileResult compile;
+  std::vector<CompileScalingRow> scaling;
   GpuCompileResult gpuCompile;
   bool gpu = o.device != "cpu";
   auto failed = [&](const Error &e) { return reportError("bench", e.message(), BadInput, json); };
@@ -545,9 +549,12 @@ int runBench(std::span<const std::string_view> args) {
   } else {
     if (o.workload == "latency")
       return usage("the latency workload times GPU calls: give --device cuda[:N]");
-    if (o.workload == "compile" || o.workload == "all")
+    if (o.workload == "compile" || o.workload == "all") {
       if (auto e = compileWorkload(o, compile))
         return failed(*e);
+      if (Error e = runCompileScaling(o, scaling))
+        return failed(e);
+    }
     for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
       std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results, ratios).run() : Bench<double>(o, results, ratios).run();
       if (e)
@@ -590,6 +597,15 @@ int runBench(std::span<const std::string_view> args) {
                  "\"interpreter_w1_ms\": {:.3f}, \"first_result_ms\": {:.3f}, \"full_speed_ms\": {:.3f}}}",
                  compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
                  compile.cacheHitLinked, compile.processStartMs, compile.trivialProcessMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
+    if (!scaling.empty()) {
+      fmt::print(", \"compile_scaling\": [");
+      for (size_t i = 0; i < scaling.size(); ++i)
+        fmt::print("{}\n  {{\"layer\": {}, \"formulas\": {}, \"cpu_jit_ms\": {:.3f}, \"codegen_ms\": {:.3f}, "
+                   "\"object_bytes\": {}, \"cpu_interp_ms\": {:.3f}}}",
+                   i ? "," : "", jsonQuote(scaling[i].what), scaling[i].formulas, scaling[i].jitMs, scaling[i].codegenMs,
+                   scaling[i].objectBytes, scaling[i].interpMs);
+      fmt::print("\n]");
+    }
     if (gpuCompile.ran)
       fmt::print(", \"gpu_compile\": {{\"cold_ms\": {:.3f}, \"ptx_ms\": {:.3f}, \"load_ms\": {:.3f}, \"cache_hit_ms\": {:.3f}, "
                  "\"cache_hit_load_ms\": {:.3f}}}",
@@ -625,6 +641,8 @@ int runBench(std::span<const std::string_view> args) {
                compile.coldMs, compile.emitMs, compile.optimizeMs, compile.codegenMs, compile.cacheHitMs,
                compile.cacheHitLinked ? " (linked shared object)" : " (objects through the JIT)", compile.processStartMs,
                compile.trivialProcessMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
+  if (!scaling.empty())
+    printCompileScaling(scaling);
   if (gpuCompile.ran)
     fmt::print("gpu compile (W1 layer, forward+backward; fused builds at first use): cold {:.2f} ms (PTX generation {:.2f}, link + load {:.2f}); cache hit "
                "{:.2f} ms (load {:.2f})\n",
