@@ -226,6 +226,13 @@ template <class T> void calledMathGivesInlinedBits() {
   REQUIRE_OK(all->forward(z, a, M));
   REQUIRE_OK(all->backward(z, err, d, M));
   REQUIRE_OK(all->fused(z, fa, fd, M));
+  // An ahead-of-time object defines the functions it calls itself.
+  AotLayer<T> aot = loadAot<T>(std::string("called_math_") + (dt == DType::F32 ? "f32" : "f64"), nodes,
+                               Layout::NodesMajor);
+  std::vector<T> aa(z.size()), ad(z.size());
+  aot.fused(z.data(), aa.data(), ad.data(), int64_t(M), aot.params);
+  expectSameBits(aa, fa, "AOT fused value vs JIT");
+  expectSameBits(ad, fd, "AOT fused derivative vs JIT");
   size_t inlinedWithCalls = 0;
   for (size_t j = 0; j < width; ++j) {
     CAPTURE(nodes[j].formula);
