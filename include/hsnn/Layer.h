@@ -80,10 +80,12 @@ struct LayerOptions {
   bool bakeConstants = false;
   int gpuId = 0; ///< Device for Method::Cuda.
   /// Tiered compilation for cpu_jit (not in strict mode): compile() returns
-  /// once the formulas are parsed and differentiated, calls run on the
-  /// interpreter, and the JIT's code compiles on a background thread and
-  /// takes over at the first call after it is ready. method() and
-  /// compileInfo() say which tier runs; waitForCompile() waits for the JIT.
+  /// once the formulas are parsed and differentiated (with the JIT's code
+  /// at once where the cache holds it linked), calls run on the
+  /// interpreter, and the JIT's code compiles on a background thread once
+  /// it pays (CompileInfo::compileStarted) and takes over at the first call
+  /// after it is ready. method() and compileInfo() say which tier runs;
+  /// waitForCompile() starts the compile if it waits and waits for it.
   bool tiered = false;
   /// Told as the JIT's kernels are built (a layer of thousands of distinct
   /// formulas takes seconds): for a progress bar.
@@ -136,6 +138,13 @@ struct CompileInfo {
   /// in an object of its own, so a layer with one formula changed compiles
   /// one per kind and finds the rest.
   size_t objectsCompiled = 0, objectsFromCache = 0;
+  /// Tiered (LayerOptions::tiered): the JIT's compile as estimated (ms of
+  /// one core), the interpreter's time on this layer and its copies so
+  /// far, and whether the compile has started. It starts once that time
+  /// reaches the estimate (a layer of new formulas run a few times never
+  /// compiles), at once for an estimate under 50 ms, or at waitForCompile().
+  double compileEstimateMs = 0, interpreterMs = 0;
+  bool compileStarted = false;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat
   /// a pattern and run in place by row kernels; 0 when tiles are
   /// transposed instead (formulas scattered with no short period).

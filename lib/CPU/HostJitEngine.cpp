@@ -7,6 +7,7 @@
 #include "MathObjects.h"
 #include "SharedObject.h"
 #include "Model/KernelRequests.h"
+#include "CodeGen/MathCalls.h"
 #include "RowCalibration.h"
 #include "RowLaunch.h"
 #include "hsnn/Version.h"
@@ -35,6 +36,8 @@ constexpr size_t kSmallChunks = 4, kMaxTapesPerChunk = 128;
 // call, short enough that a batch-major tile stays in L2.
 constexpr size_t kActivationBlock = 4096, kTileBytes = 1024;
 constexpr size_t kLossBlock = 16384; // elements per loss call and per partial sum
+// estimatedCompileMs's terms (ms).
+constexpr double kEstimateFixedMs = 10, kEstimatePerInstructionMs = 0.04, kEstimatePerInlinedCallMs = 10;
 
 // Bump it when the objects' layout or entry points change; the code
 // generator's own sources are in the keys through HSNN_CODEGEN_TOKEN.
@@ -164,7 +167,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
                                                       const JITOptions &requestedOptions,
                                                       const CacheConfig &cacheConfig,
                                                       const std::function<std::string()> &describe,
-                                                      CompileInfo &info, const CompileProgress &progress) {
+                                                      CompileInfo &info, const CompileProgress &progress,
+                                                      bool linkedOnly) {
   std::vector<std::string> symbols;
   for (const KernelRequest &r : requests)
     symbols.push_back(r.symbol);
@@ -212,6 +216,8 @@ Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequ
   if (linkedKey)
     if (auto lib = loadLinked(*linkedKey))
       return lib;
+  if (linkedOnly)
+    return std::shared_ptr<KernelLibrary>();
 
   auto jit = HostJIT::get();
   if (!jit)
@@ -335,9 +341,13 @@ public:
       : Engine(std::move(m)), options_(std::move(options)), interpreter_(makeInterpreterEngine(model_)) {}
 
   Method method() const override { return Method::CpuJit; }
+  /// A linkedOnly build found its kernels missing.
+  bool missing() const { return missing_; }
 
   // Builds the kernels of `kinds` for every code unit.
-  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info, bool progress = false) {
+  // linkedOnly: HostEngineOptions::linkedOnly, for the creation's kernels.
+  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info, bool progress = false,
+              bool linkedOnly = false) {
     const CompiledModel &m = model();
     std::vector<KernelRequest> requests;
     std::string prefix = m.isLoss ? "hsnn_loss" : "hsnn_layer";
@@ -372,9 +382,13 @@ public:
     // Described only for what is stored: a hit needs no description.
     auto describe = [&] { return m.describe("cpu_jit", std::vector<KernelKind>(kinds)); };
     auto lib = buildKernels(requests, options_.jit, options_.cache, describe, info,
-                            progress ? options_.progress : CompileProgress());
+                            progress ? options_.progress : CompileProgress(), linkedOnly);
     if (!lib)
       return lib.takeError();
+    if (!*lib) { // linkedOnly, and not linked in the cache
+      missing_ = true;
+      return Error::success();
+    }
     size_t k = 0;
     for (KernelKind kind : kinds) {
       if (usesRowKernels(kind)) { // requestOf: per segment
@@ -609,6 +623,7 @@ private:
   }
 
   HostEngineOptions options_;
+  bool missing_ = false; // a linkedOnly build found no linked entry
   std::shared_ptr<const Engine> interpreter_; // runs kinds the JIT could not build
   std::vector<std::shared_ptr<KernelLibrary>> libraries_;
   std::vector<void *> nodeKernel_[kNumKernelKinds]; // per kind, per node
@@ -627,16 +642,36 @@ private:
 
 } // namespace
 
+double estimatedCompileMs(const CompiledModel &m) {
+  // Fitted to `hsnn-jit bench --workload compile`'s layers (cache off):
+  // a fixed part, code generation by tape instruction, and the inlined
+  // math library's copies (MathCalls.h) where a kernel keeps them.
+  std::vector<KernelKind> kinds = m.isLoss ? std::vector{KernelKind::LossElements, KernelKind::LossSum,
+                                                         KernelKind::LossGradient, KernelKind::LossFused}
+                                           : std::vector{KernelKind::Forward, KernelKind::Backward};
+  double instructions = 0, inlinedCalls = 0;
+  for (const CodeUnit &u : m.units)
+    for (KernelKind k : kinds) {
+      instructions += double(u.programs[size_t(k)]->code.size());
+      inlinedCalls += double(mathCallSites(*u.programs[size_t(k)]));
+    }
+  if (!m.isLoss && m.units.size() > kMultiKernels * kInlineMathFormulasPerKernel)
+    inlinedCalls = 0;
+  return kEstimateFixedMs + kEstimatePerInstructionMs * instructions + kEstimatePerInlinedCallMs * inlinedCalls;
+}
+
 Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const CompiledModel> model,
                                                           const HostEngineOptions &options, CompileInfo &info) {
   bool loss = model->isLoss;
   auto engine = std::make_shared<HostJitEngine>(std::move(model), options);
   Error e = loss ? engine->build({KernelKind::LossElements, KernelKind::LossSum, KernelKind::LossGradient,
                                   KernelKind::LossFused},
-                                 info, true)
-                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info, true);
+                                 info, true, options.linkedOnly)
+                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info, true, options.linkedOnly);
   if (e)
     return e;
+  if (engine->missing())
+    return std::shared_ptr<const Engine>();
   return std::shared_ptr<const Engine>(std::move(engine));
 }
 

@@ -21,9 +21,17 @@ struct HostEngineOptions {
   LazyFailurePolicy onLazyFailure;
   /// Told how many of the creation's kernels are built (cache hits count).
   CompileProgress progress = nullptr;
+  /// Only the kernels linked in the cache, loaded without LLVM; on any
+  /// other case, no engine (null) and nothing compiled.
+  bool linkedOnly = false;
 };
 
-/// Builds the engine, filling the compile statistics of `info`.
+/// What a cold compile of the engine's kernels for `m` (those built at
+/// creation) is expected to take, in ms of one core: tiered compilation's
+/// cost model.
+double estimatedCompileMs(const CompiledModel &m);
+
+/// Builds the engine (null where `linkedOnly` finds nothing), filling the compile statistics of `info`.
 Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const CompiledModel> model,
                                                           const HostEngineOptions &options, CompileInfo &info);
 

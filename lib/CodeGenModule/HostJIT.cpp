@@ -162,32 +162,20 @@ public:
 
   Expected<std::vector<char>> compileObject(std::span<const KernelRequest> requests, const JITOptions &options,
                                             CompileStats *stats) override {
-    if (Error e = ensureJIT())
-      return e;
-    auto tm = jtmb_->createTargetMachine();
-    if (!tm)
-      return fromLLVM(tm.takeError(), "cannot create a target machine");
-    PipelineOptions po;
-    po.optLevel = options.optLevel;
-    po.emit = emit_;
-    po.emit.fastMath = options.fastMath;
-    if (options.rowShape)
-      po.emit.rowShape = *options.rowShape;
-    po.emit.externalMath = true;
-    return compileRequests(**tm, requests, po, stats);
+    return withTargetMachine(options, [&](llvm::TargetMachine &tm, PipelineOptions &po) {
+      po.emit.fastMath = options.fastMath;
+      if (options.rowShape)
+        po.emit.rowShape = *options.rowShape;
+      po.emit.externalMath = true; // linked from compileMath's objects
+      return compileRequests(tm, requests, po, stats);
+    });
   }
 
   Expected<std::vector<char>> compileMath(std::span<const MathFunction> functions, const JITOptions &options,
                                           CompileStats *stats) override {
-    if (Error e = ensureJIT())
-      return e;
-    auto tm = jtmb_->createTargetMachine();
-    if (!tm)
-      return fromLLVM(tm.takeError(), "cannot create a target machine");
-    PipelineOptions po;
-    po.optLevel = options.optLevel;
-    po.emit = emit_;
-    return compileMathFunctions(**tm, functions, po, stats);
+    return withTargetMachine(options, [&](llvm::TargetMachine &tm, PipelineOptions &po) {
+      return compileMathFunctions(tm, functions, po, stats);
+    });
   }
 
   Expected<std::shared_ptr<KernelLibrary>> load(std::span<const std::vector<char>> objects,
@@ -237,6 +225,20 @@ public:
   }
 
 private:
+  // compile(a target machine of its own, the JIT's pipeline options at
+  // options' level).
+  template <class F> Expected<std::vector<char>> withTargetMachine(const JITOptions &options, F &&compile) {
+    if (Error e = ensureJIT())
+      return e;
+    auto tm = jtmb_->createTargetMachine();
+    if (!tm)
+      return fromLLVM(tm.takeError(), "cannot create a target machine");
+    PipelineOptions po;
+    po.optLevel = options.optLevel;
+    po.emit = emit_;
+    return compile(**tm, po);
+  }
+
   HostJITImpl() = default;
 
   Error ensureJIT() {

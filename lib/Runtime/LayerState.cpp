@@ -8,6 +8,8 @@
 
 #include "hsnn/Runtime.h"
 
+#include "Program/Stopwatch.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <system_error>
 #include <limits>
 #include <tbb/task_arena.h>
+#include <unistd.h>
 
 namespace hsnn::detail {
 namespace {
@@ -116,12 +119,52 @@ Error movedFrom(const char *what) {
 // The task holds it until done, so a layer dropped meanwhile costs nothing
 // after: the task's result (the engine, its loaded code) goes with the
 // task. Written by the task before `ready` is set; read after it is seen set.
+//
+// The compile starts when it pays (the cost model, performance guide
+// "Tiered compilation"): once the interpreter has run on the layer and its
+// copies for as long as the compile is estimated to take (a layer of new
+// formulas scored once never compiles), at once where that estimate is
+// below kStartAtOnceMs, or when a caller waits for it.
 struct LayerState::PendingTier {
   std::atomic<bool> ready{false};
   std::shared_ptr<const Engine> engine; ///< Null: the JIT failed (warned), the interpreter stays.
   Error error;
   CompileInfo info;
+
+  double estimateMs = 0;
+  std::atomic<int64_t> interpreterUs{0};
+  std::atomic<bool> started{false};
+  std::once_flag once;
+  std::function<void(const std::shared_ptr<PendingTier> &)> launch; ///< Cleared once started.
+  pid_t owner = ::getpid();
+
+  void start(const std::shared_ptr<PendingTier> &self) {
+    std::call_once(once, [&] {
+      started.store(true, std::memory_order_release);
+      if (::getpid() != owner) { // a forked child: no compile thread of its own
+        error = Error(ErrorCode::Unsupported,
+                      "this process was forked from the one that compiled this layer before its JIT compile started; "
+                      "the interpreter runs");
+        ready.store(true, std::memory_order_release);
+      } else {
+        launch(self);
+      }
+      launch = nullptr;
+    });
+  }
+  bool waiting() const { return !started.load(std::memory_order_acquire); }
+  /// The interpreter ran for `ms` on the layer: the compile starts once it pays.
+  void interpreted(const std::shared_ptr<PendingTier> &self, double ms) {
+    int64_t us = int64_t(ms * 1000);
+    if (double(interpreterUs.fetch_add(us, std::memory_order_relaxed) + us) >= estimateMs * 1000)
+      start(self);
+  }
 };
+
+namespace {
+// Compiles estimated to take less start with the first result.
+constexpr double kStartAtOnceMs = 50;
+} // namespace
 
 Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const CompiledModel> model,
                                                          const EngineRequest &request, Reduction reduction) {
@@ -143,12 +186,67 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
   std::shared_ptr<const Engine> engine;
   // Not with baked constants: constants set while the interpreter runs would be lost.
   if (request.tiered && *method == Method::CpuJit && !runtimeFlags().strict && !request.bakeConstants) {
-    // The interpreter serves calls now; the JIT compiles beside it. The
-    // task only touches its PendingTier, which lives until the task ends.
-    auto pending = std::make_shared<PendingTier>();
-    pending->info = info;
-    CacheConfig cache = cacheConfig();
-    auto compile = [pending, model, request, cache] {
+    // Kernels linked in the cache load at once (no LLVM); else the
+    // interpreter serves calls while the JIT compiles.
+    CompileInfo hitInfo = info;
+    auto linked = runtimeFlags().useKernelCache
+                      ? makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, {}, true},
+                                          hitInfo)
+                      : Expected<std::shared_ptr<const Engine>>(std::shared_ptr<const Engine>());
+    if (linked && *linked) {
+      info = hitInfo;
+      info.method = Method::CpuJit;
+      engine = std::move(*linked);
+    } else {
+      if (!linked)
+        (void)linked.takeError(); // the compile will meet it again, and report it
+      if (Error e = s->startTiered(model, request))
+        return e;
+      return s;
+    }
+  }
+  auto keep = [&](Expected<std::shared_ptr<const Engine>> e) -> Error {
+    if (!e)
+      return e.takeError();
+    engine = std::move(*e);
+    return Error::success();
+  };
+  if (engine) { // tiered, and linked in the cache
+    auto params = engine->makeParams(model->defaultParams);
+    if (!params)
+      return params.takeError();
+    s->current_ = {std::move(engine), std::move(*params)};
+    return s;
+  }
+  auto used = compileForMethod(
+      *method,
+      [&] {
+        return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, info));
+      },
+      [&] {
+        return keep(
+            makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, request.progress}, info));
+      });
+  if (!used)
+    return used.takeError();
+  if (*used == Method::CpuInterp)
+    engine = makeInterpreterEngine(model);
+  info.method = *used;
+  auto params = engine->makeParams(model->defaultParams);
+  if (!params)
+    return params.takeError();
+  s->current_ = {std::move(engine), std::move(*params)};
+  return s;
+}
+
+Error LayerState::startTiered(std::shared_ptr<const CompiledModel> model, const EngineRequest &request) {
+  auto pending = std::make_shared<PendingTier>();
+  pending->info = info_;
+  pending->estimateMs = estimatedCompileMs(*model);
+  CacheConfig cache = cacheConfig();
+  // The task only touches its PendingTier, which lives until the task ends.
+  pending->launch = [model, request, cache](const std::shared_ptr<PendingTier> &self) {
+    auto compile = [pending = self, model, request, cache] {
       PendingTier *p = pending.get();
       CompileInfo tierInfo = p->info;
       // A checkpoint after each kernel, so that exit does not wait for the
@@ -181,46 +279,23 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
       });
     };
     // A forked child has no compile thread: its copies keep the interpreter.
-    auto inForkedChild = [p = pending.get()] {
+    auto inForkedChild = [p = self.get()] {
       p->error = Error(ErrorCode::Unsupported,
                        "the JIT compile was running in the parent when this process forked; the interpreter runs");
       p->ready.store(true, std::memory_order_release);
     };
     runInBackground(compile, inForkedChild);
-    s->pending_ = std::move(pending);
-    info.method = Method::CpuInterp;
-    engine = makeInterpreterEngine(model);
-    auto params = engine->makeParams(model->defaultParams);
-    if (!params)
-      return params.takeError();
-    s->current_ = {std::move(engine), std::move(*params)};
-    return s;
-  }
-  auto keep = [&](Expected<std::shared_ptr<const Engine>> e) -> Error {
-    if (!e)
-      return e.takeError();
-    engine = std::move(*e);
-    return Error::success();
   };
-  auto used = compileForMethod(
-      *method,
-      [&] {
-        return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, info));
-      },
-      [&] {
-        return keep(
-            makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, request.progress}, info));
-      });
-  if (!used)
-    return used.takeError();
-  if (*used == Method::CpuInterp)
-    engine = makeInterpreterEngine(model);
-  info.method = *used;
+  if (pending->estimateMs < kStartAtOnceMs)
+    pending->start(pending);
+  pending_ = std::move(pending);
+  info_.method = Method::CpuInterp;
+  auto engine = makeInterpreterEngine(model);
   auto params = engine->makeParams(model->defaultParams);
   if (!params)
     return params.takeError();
-  s->current_ = {std::move(engine), std::move(*params)};
-  return s;
+  current_ = {std::move(engine), std::move(*params)};
+  return Error::success();
 }
 
 LayerState::LayerState(const LayerState &o)
@@ -235,7 +310,19 @@ LayerState::Current LayerState::current() const {
   std::lock_guard lock(mutex_);
   if (pending_ && pending_->ready.load(std::memory_order_acquire))
     adoptPending();
-  return current_;
+  Current c = current_;
+  if (pending_ && pending_->waiting())
+    c.waitingTier = pending_;
+  return c;
+}
+
+template <class F> auto LayerState::timed(const Current &c, F &&call) const {
+  if (!c.waitingTier)
+    return call();
+  auto t0 = Clock::now();
+  auto result = call();
+  c.waitingTier->interpreted(c.waitingTier, msSince(t0));
+  return result;
 }
 
 void LayerState::adoptPending() const {
@@ -248,12 +335,21 @@ void LayerState::adoptPending() const {
     return;
   current_ = {p->engine, std::move(*params)};
   info_ = p->info;
+  info_.compileEstimateMs = p->estimateMs;
+  info_.interpreterMs = double(p->interpreterUs.load(std::memory_order_relaxed)) / 1000;
+  info_.compileStarted = true;
 }
 
 CompileInfo LayerState::compileInfo() const {
   (void)current();
   std::lock_guard lock(mutex_);
-  return info_;
+  CompileInfo i = info_;
+  if (pending_) {
+    i.compileEstimateMs = pending_->estimateMs;
+    i.interpreterMs = double(pending_->interpreterUs.load(std::memory_order_relaxed)) / 1000;
+    i.compileStarted = !pending_->waiting();
+  }
+  return i;
 }
 
 Error LayerState::waitForCompile() const {
@@ -264,6 +360,7 @@ Error LayerState::waitForCompile() const {
   }
   if (!p)
     return Error::success();
+  p->start(p);
   waitForBackgroundResult([&] { return p->ready.load(std::memory_order_acquire); });
   (void)current();
   return p->error;
@@ -392,7 +489,7 @@ Error LayerState::moveTo(int id) {
 
 Error LayerState::checkedRunActivation(KernelKind kind, const ActivationArgs &args) const {
   Current c = current();
-  return guard.run([&] { return c.engine->runActivation(kind, args, *c.params); });
+  return timed(c, [&] { return guard.run([&] { return c.engine->runActivation(kind, args, *c.params); }); });
 }
 
 template <class T>
@@ -460,7 +557,7 @@ Expected<double> LayerState::checkedRunLoss(KernelKind kind, LossArgs args) cons
   if (args.n == 0 && !args.value)
     return 0.0;
   Current c = current();
-  auto sum = guard.run([&] { return c.engine->runLoss(kind, args, *c.params); });
+  auto sum = timed(c, [&] { return guard.run([&] { return c.engine->runLoss(kind, args, *c.params); }); });
   if (!sum || !k.summing)
     return sum;
   if (reduction == Reduction::None)

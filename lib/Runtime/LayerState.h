@@ -60,11 +60,17 @@ struct ModelSource {
 };
 
 struct LayerState {
+private:
+  struct PendingTier;
+
+public:
   /// The engine and the constants one call runs with. Replaced whole, never
   /// changed in place, so a call that took them keeps a consistent pair.
   struct Current {
     std::shared_ptr<const Engine> engine;
     std::shared_ptr<const ParamSet> params;
+    /// Tiered: the compile that waits for the interpreter's time to pay.
+    std::shared_ptr<PendingTier> waitingTier{};
   };
 
   /// Builds the engine for `model` by the fallback policy (cuda > cpu_jit >
@@ -132,7 +138,11 @@ private:
   Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
   Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
 
-  struct PendingTier;
+  /// Tiered: the interpreter serves calls; the JIT's compile starts when
+  /// the cost model says (PendingTier).
+  Error startTiered(std::shared_ptr<const CompiledModel> model, const EngineRequest &request);
+  /// call(), timed for a compile that waits (Current::waitingTier).
+  template <class F> auto timed(const Current &c, F &&call) const;
   void adoptPending() const; // mutex_ held
 
   mutable std::mutex mutex_;      // guards current_, info_, pending_

@@ -120,6 +120,9 @@ py::dict compileInfoDict(const CompileInfo &i) {
   d["object_bytes"] = i.objectBytes;
   d["objects_compiled"] = i.objectsCompiled;
   d["objects_from_cache"] = i.objectsFromCache;
+  d["compile_estimate_ms"] = i.compileEstimateMs;
+  d["interpreter_ms"] = i.interpreterMs;
+  d["compile_started"] = i.compileStarted;
   d["row_segments"] = i.rowSegments;
   return d;
 }

@@ -79,6 +79,66 @@ TEST_CASE("tiered: the interpreter answers first, the JIT takes over with the sa
   REQUIRE_OK(layer->waitForCompile()); // nothing pending: returns at once
 }
 
+TEST_CASE("tiered: the compile starts once the interpreter's time pays for it, at once when cheap, or when waited for") {
+  if (!runtimeInfo().cpuJitEnabled) {
+    MESSAGE("skipped: cpu_jit unavailable");
+    return;
+  }
+  ScopedRuntimeFlags scope(noCache());
+  auto cheap = ActivationLayer::compile({{"num*0.5 + 0.25", {}}}, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(cheap);
+  CHECK(cheap->compileInfo().compileEstimateMs < 50);
+  CHECK(cheap->compileInfo().compileStarted);
+
+  std::vector<NodeSpec> many;
+  for (int k = 0; k < 300; ++k)
+    many.push_back({fmt::format("sin(num*{})*{} + exp(num/{})", k + 2, k + 3, k + 4), {}});
+  auto layer = ActivationLayer::compile(many, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(layer);
+  const double estimate = layer->compileInfo().compileEstimateMs;
+  CHECK(estimate > 50);
+  // One small call: the interpreter's time is far below the estimate.
+  std::vector<float> z1 = inputs(many.size()), a1(z1.size());
+  REQUIRE_OK(layer->forward(z1, a1, 1));
+  CompileInfo info = layer->compileInfo();
+  CHECK(info.interpreterMs > 0);
+  CHECK(info.interpreterMs < estimate);
+  CHECK_FALSE(info.compileStarted);
+  CHECK(layer->method() == Method::CpuInterp);
+  // Calls until the interpreter has run as long as the compile would take.
+  const size_t batch = 512;
+  std::vector<float> z = inputs(many.size() * batch), a(z.size());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!layer->compileInfo().compileStarted && std::chrono::steady_clock::now() < deadline)
+    REQUIRE_OK(layer->forward(z, a, batch));
+  info = layer->compileInfo();
+  CHECK(info.compileStarted);
+  CHECK(info.interpreterMs >= estimate);
+  REQUIRE_OK(layer->waitForCompile());
+  CHECK(layer->method() == Method::CpuJit);
+
+  auto waited = ActivationLayer::compile(many, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(waited);
+  CHECK_FALSE(waited->compileInfo().compileStarted);
+  REQUIRE_OK(waited->waitForCompile());
+  CHECK(waited->method() == Method::CpuJit);
+  CHECK(waited->compileInfo().compileStarted);
+}
+
+TEST_CASE("tiered: kernels linked in the cache run at once") {
+  if (!runtimeInfo().cpuJitEnabled || !detail::canLinkSharedObjects()) {
+    MESSAGE("skipped: needs cpu_jit and a linker program");
+    return;
+  }
+  TempCache cache;
+  REQUIRE(ActivationLayer::compile(kNodes, {.method = Method::CpuJit}));
+  flushKernelCache(); // the linked shared object
+  auto layer = ActivationLayer::compile(kNodes, {.method = Method::CpuJit, .tiered = true});
+  REQUIRE_OK_EXPECTED(layer);
+  CHECK(layer->method() == Method::CpuJit);
+  CHECK(layer->compileInfo().linkedFromCache);
+}
+
 TEST_CASE("tiered: strict mode and losses") {
   if (!runtimeInfo().cpuJitEnabled) {
     MESSAGE("skipped: cpu_jit unavailable");
@@ -154,6 +214,8 @@ bool backgroundIdle() {
 }
 } // namespace
 
+// With the kernels linked in the cache a tiered layer loads them at once:
+// dropped, it leaves nothing behind either.
 TEST_CASE("tiered layers dropped before their code is adopted leave no descriptors or mappings behind") {
   if (!runtimeInfo().cpuJitEnabled || !detail::canLinkSharedObjects()) {
     MESSAGE("skipped: needs cpu_jit and a linker program (each tiered compile then loads a linked image)");
@@ -187,6 +249,13 @@ TEST_CASE("a child forked while a tiered compile runs keeps the interpreter and 
     many.push_back({fmt::format("sin(num*{})*alpha + tanh(num)/{}", k + 2, k + 3), {{"alpha", 1.5}}});
   auto layer = ActivationLayer::compile(many, {.method = Method::CpuJit, .tiered = true});
   REQUIRE(layer);
+  CHECK_FALSE(layer->compileInfo().compileStarted); // a long compile waits until it pays
+  // Waiting starts it: the compile runs in the parent while it forks.
+  std::thread waiter([&] { (void)layer->waitForCompile(); });
+  auto started = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!layer->compileInfo().compileStarted && std::chrono::steady_clock::now() < started)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(layer->compileInfo().compileStarted);
   std::fflush(nullptr);
   pid_t kid = ::fork();
   if (kid == 0) {
@@ -210,6 +279,7 @@ TEST_CASE("a child forked while a tiered compile runs keeps the interpreter and 
   }
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+  waiter.join();
   CHECK_FALSE(layer->waitForCompile()); // the parent's compile went on
   CHECK(layer->method() == Method::CpuJit);
 }
