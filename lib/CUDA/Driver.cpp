@@ -12,6 +12,9 @@ namespace hsnn::detail {
 namespace {
 constexpr int kAttrComputeCapabilityMajor = 75, kAttrComputeCapabilityMinor = 76, kAttrMultiprocessorCount = 16;
 
+// The groups of DriverEntryPoints.def.
+enum EntryGroup { Required, Link, AsyncAlloc, kEntryGroups };
+
 template <class F> bool resolve(void *lib, const char *name, F &fn) {
   fn = reinterpret_cast<F>(::dlsym(lib, name));
   return fn != nullptr;
@@ -51,31 +54,14 @@ Expected<const CudaDriver *> CudaDriver::get() {
     // exit (a layer held in a global is destroyed after the driver's state).
     std::atexit([] { gExiting = true; });
     CudaDriver d;
-    bool ok = resolve(lib, "cuInit", d.cuInit) && resolve(lib, "cuDriverGetVersion", d.cuDriverGetVersion) &&
-              resolve(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && resolve(lib, "cuDeviceGet", d.cuDeviceGet) &&
-              resolve(lib, "cuDeviceGetName", d.cuDeviceGetName) &&
-              resolve(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute) &&
-              resolve(lib, "cuDeviceTotalMem_v2", d.cuDeviceTotalMem) && resolve(lib, "cuGetErrorString", d.cuGetErrorString) &&
-              resolve(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain) &&
-              resolve(lib, "cuDevicePrimaryCtxRelease_v2", d.cuDevicePrimaryCtxRelease) &&
-              resolve(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent) && resolve(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent) &&
-              resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize) &&
-              resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc) && resolve(lib, "cuMemFree_v2", d.cuMemFree) &&
-              resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
-              resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo) && resolve(lib, "cuModuleLoadDataEx", d.cuModuleLoadDataEx) &&
-              resolve(lib, "cuModuleUnload", d.cuModuleUnload) && resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction) &&
-              resolve(lib, "cuLaunchKernel", d.cuLaunchKernel) &&
-              resolve(lib, "cuOccupancyMaxPotentialBlockSize", d.cuOccupancyMaxPotentialBlockSize) &&
-              resolve(lib, "cuStreamCreate", d.cuStreamCreate) && resolve(lib, "cuStreamDestroy_v2", d.cuStreamDestroy) &&
-              resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
-              resolve(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync) &&
-              resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync) && resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD);
-    // The linker entry points are optional (the cache then keeps PTX).
-    if (!(resolve(lib, "cuLinkCreate_v2", d.cuLinkCreate) && resolve(lib, "cuLinkAddData_v2", d.cuLinkAddData) &&
-          resolve(lib, "cuLinkComplete", d.cuLinkComplete) && resolve(lib, "cuLinkDestroy", d.cuLinkDestroy)))
+    // Each group (DriverEntryPoints.def) is all there, or an optional one is not used.
+    bool all[kEntryGroups] = {true, true, true};
+#define HSNN_CUDA_ENTRY(member, symbol, group, params) all[group] = resolve(lib, #symbol, d.member) && all[group];
+#include "DriverEntryPoints.def"
+    bool ok = all[Required];
+    if (!all[Link]) // the cache then keeps PTX
       d.cuLinkCreate = nullptr;
-    // So is the stream-ordered allocator (CUDA 11.2).
-    if (!(resolve(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && resolve(lib, "cuMemFreeAsync", d.cuMemFreeAsync)))
+    if (!all[AsyncAlloc])
       d.cuMemAllocAsync = nullptr, d.cuMemFreeAsync = nullptr;
     d.library = name;
     if (!ok) {

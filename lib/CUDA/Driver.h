@@ -35,47 +35,8 @@ struct GpuDevice {
 
 /// Function pointers into libcuda, resolved once per process.
 struct CudaDriver {
-  CUresult (*cuInit)(unsigned) = nullptr;
-  CUresult (*cuDriverGetVersion)(int *) = nullptr;
-  CUresult (*cuDeviceGetCount)(int *) = nullptr;
-  CUresult (*cuDeviceGet)(CUdevice *, int) = nullptr;
-  CUresult (*cuDeviceGetName)(char *, int, CUdevice) = nullptr;
-  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice) = nullptr;
-  CUresult (*cuDeviceTotalMem)(size_t *, CUdevice) = nullptr;
-  CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
-  // Memory and contexts (the _v2 symbols cuda.h's macros name).
-  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = nullptr;
-  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
-  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*cuCtxGetCurrent)(CUcontext *) = nullptr;
-  CUresult (*cuCtxSynchronize)() = nullptr;
-  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr;
-  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
-  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
-  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
-  CUresult (*cuMemGetInfo)(size_t *, size_t *) = nullptr;
-  // Modules and launches.
-  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **) = nullptr;
-  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
-  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *) = nullptr;
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void **, void **) = nullptr;
-  CUresult (*cuOccupancyMaxPotentialBlockSize)(int *, int *, CUfunction, size_t (*)(int), size_t, int) = nullptr;
-  // Streams, async and device-to-device copies.
-  CUresult (*cuStreamCreate)(CUstream *, unsigned) = nullptr;
-  CUresult (*cuStreamDestroy)(CUstream) = nullptr;
-  CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
-  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) = nullptr;
-  CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream) = nullptr;
-  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
-  // Stream-ordered allocation (optional: CUDA 11.2 on).
-  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) = nullptr;
-  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream) = nullptr;
-  // PTX to cubin (optional: without them the cache keeps PTX).
-  CUresult (*cuLinkCreate)(unsigned, int *, void **, CUlinkState *) = nullptr;
-  CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **) = nullptr;
-  CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *) = nullptr;
-  CUresult (*cuLinkDestroy)(CUlinkState) = nullptr;
+#define HSNN_CUDA_ENTRY(member, symbol, group, params) CUresult(*member) params = nullptr;
+#include "DriverEntryPoints.def"
 
   /// The device's primary context, retained once for the process.
   Expected<CUcontext> context(int ordinal) const;

@@ -58,6 +58,10 @@ llvm::FunctionPassManager kernelPipeline(llvm::OptimizationLevel level) {
 
 } // namespace
 
+Error fromLLVM(llvm::Error e, std::string_view what) {
+  return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));
+}
+
 void runPasses(llvm::Module &module, llvm::TargetMachine &tm,
                const std::function<llvm::ModulePassManager(llvm::PassBuilder &)> &build) {
   llvm::LoopAnalysisManager lam;
@@ -88,7 +92,7 @@ Expected<std::vector<char>> compileModule(llvm::TargetMachine &tm, const Pipelin
   module.setDataLayout(tm.createDataLayout());
   module.setTargetTriple(tm.getTargetTriple().str());
   if (llvm::Error e = emit(module))
-    return Error(ErrorCode::Internal, fmt::format("code generation failed: {}", llvm::toString(std::move(e))));
+    return fromLLVM(std::move(e), "code generation failed");
   std::string verifyMessage;
   llvm::raw_string_ostream vs(verifyMessage);
   if (llvm::verifyModule(module, &vs))

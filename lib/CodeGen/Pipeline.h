@@ -12,9 +12,11 @@
 #include "hsnn/Error.h"
 
 #include <functional>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
+class Error;
 class TargetMachine;
 class PassBuilder;
 class Module;
@@ -42,6 +44,9 @@ struct PipelineOptions {
   /// code generation is most of a large compile.
   std::function<void(size_t, size_t)> progress;
 };
+
+/// An LLVM error as hsnn's (Internal): "WHAT: LLVM's message". Consumes it.
+Error fromLLVM(llvm::Error e, std::string_view what);
 
 /// Adds more functions to the module before optimisation (AOT entry points).
 using ModuleExtender = std::function<llvm::Error(llvm::Module &)>;

@@ -34,10 +34,6 @@
 namespace hsnn::detail {
 namespace {
 
-Error fromLLVM(llvm::Error e, std::string_view what) {
-  return Error(ErrorCode::Internal, fmt::format("{}: {}", what, llvm::toString(std::move(e))));
-}
-
 constexpr const char *kLibmvec = "libmvec.so.1";
 
 class LoadedObject final : public KernelLibrary {

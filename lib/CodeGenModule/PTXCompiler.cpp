@@ -5,6 +5,7 @@
 // internalized and optimized away. No flush-to-zero, fast math or not.
 //===----------------------------------------------------------------------===//
 #include "CodeGen/PTXCompiler.h"
+#include "CodeGen/Pipeline.h"
 
 #include "CodeGenModule/ModuleParts.h"
 
@@ -99,7 +100,7 @@ Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &
   emit.gpu = true;
   emit.fastMath = options.fastMath;
   if (llvm::Error e = emitGpuKernels(*module, spec, emit))
-    return Error(ErrorCode::Internal, "code generation failed: " + llvm::toString(std::move(e)));
+    return fromLLVM(std::move(e), "code generation failed");
   // Every function is the library's: a call left to something outside the
   // module would fail only when the driver loads the PTX, so it fails here.
   for (llvm::Function &f : *module)

@@ -5,7 +5,7 @@
 
 #include "Launch.h"
 
-#include "../Expr/OpTable.h"
+#include "Expr/OpTable.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,8 +1,8 @@
 //===- lib/Program/Program.cpp - Lowering the DAG to a tape ---------------===//
 #include "Program.h"
 
-#include "../Expr/OpTable.h"
-#include "../Expr/Traversal.h"
+#include "Expr/OpTable.h"
+#include "Expr/Traversal.h"
 
 #include <algorithm>
 #include <bit>

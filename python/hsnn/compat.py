@@ -35,6 +35,7 @@ import warnings
 import numpy as np
 
 from . import _core
+from . import _on_cuda  # defined before hsnn imports this module
 
 _CPU = ("CPU_PYTHON", "CPU_CPP", "CPU_JIT")
 _HSNN_NAMES = {"cuda": "GPU_CUDA", "cpu_jit": "CPU_JIT", "cpu_interp": "CPU_PYTHON", "auto": None}
@@ -479,11 +480,6 @@ def _host(x):
     if hasattr(x, "get") and _on_cuda(x):
         return x.get()
     return np.asarray(x)
-
-
-def _on_cuda(x):
-    dev = getattr(x, "__dlpack_device__", None)
-    return dev is not None and not isinstance(x, np.ndarray) and int(dev()[0]) == 2
 
 
 def _f32(x):

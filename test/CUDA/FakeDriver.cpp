@@ -30,6 +30,13 @@ namespace {
 
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
+// The handles as this driver keeps them.
+using CUdevice = int;
+using CUcontext = void *;
+using CUstream = void *;
+using CUmodule = void *;
+using CUfunction = void *;
+using CUlinkState = void *;
 
 // cuda.h's CUresult values used here.
 constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kNoDevice = 100,
@@ -221,6 +228,13 @@ void parseKernels(const std::string &ptx, Module &m) {
 } // namespace
 
 extern "C" {
+
+// Every entry point hsnn resolves, declared from its list: a definition
+// below that differs from the list is a conflicting declaration (a compile
+// error), and one missing makes the engine refuse this driver (every GPU
+// test fails).
+#define HSNN_CUDA_ENTRY(member, symbol, group, params) CUresult symbol params;
+#include "CUDA/DriverEntryPoints.def"
 
 // ---- counters for tests ----
 int hsnnFakeCudaCount(const char *what) {
