@@ -1,6 +1,7 @@
 //===- lib/Expr/Context.cpp - Interning and the IEEE-exact builder folds ---===//
 #include "hsnn/Expr.h"
 
+#include "Names.h"
 #include "OpTable.h"
 
 #include <cassert>
@@ -114,14 +115,9 @@ uint8_t flagsOf(const Node &n) {
 } // namespace
 
 std::string_view variableName(Variable v) {
-  switch (v) {
-  case Variable::Num:
-    return "num";
-  case Variable::YPred:
-    return "y_pred";
-  case Variable::YTrue:
-    return "y_true";
-  }
+  for (const detail::VariableSpelling &s : detail::kVariableSpellings)
+    if (s.variable == v)
+      return s.name;
   return "?";
 }
 

@@ -81,6 +81,13 @@ bool isNamedNumber(std::string_view name) {
   return name == "E" || name == "e" || name == "pi" || name == "tau" || name == "phi";
 }
 
+std::optional<Variable> findVariable(std::string_view name) {
+  for (const VariableSpelling &v : kVariableSpellings)
+    if (v.name == name)
+      return v.variable;
+  return std::nullopt;
+}
+
 const std::vector<std::string> &knownNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;

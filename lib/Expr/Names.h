@@ -31,6 +31,19 @@ std::optional<Callable> findCallable(std::string_view name);
 /// root: NaN for x < 0). A string is the reason the arguments are refused.
 size_t rewriteArity(Rewrite r);
 std::variant<Expr, std::string> expandRewrite(ExprContext &ctx, Rewrite r, std::span<const Expr> args);
+/// The variables' spellings, the first of each its printed name: an
+/// activation's input is num, x or z (Formula::variable keeps which), a
+/// loss's y_pred and y_true.
+struct VariableSpelling {
+  std::string_view name;
+  Variable variable;
+};
+inline constexpr VariableSpelling kVariableSpellings[] = {
+    {"num", Variable::Num}, {"x", Variable::Num}, {"z", Variable::Num}, {"y_pred", Variable::YPred},
+    {"y_true", Variable::YTrue}};
+/// The variable `name` spells, if any.
+std::optional<Variable> findVariable(std::string_view name);
+
 /// Named numbers: E, e, pi, tau, phi (exact: pi is the leaf Op::Pi).
 Expr findNamedNumber(ExprContext &ctx, std::string_view name);
 bool isNamedNumber(std::string_view name);

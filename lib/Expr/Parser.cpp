@@ -464,12 +464,8 @@ private:
 
   Expr resolveName(const Token &t) {
     std::string_view n = t.text;
-    if (n == "num" || n == "x" || n == "z")
-      return activationVar(t);
-    if (n == "y_pred")
-      return lossVar(t, Variable::YPred);
-    if (n == "y_true")
-      return lossVar(t, Variable::YTrue);
+    if (std::optional<Variable> v = detail::findVariable(n))
+      return *v == Variable::Num ? activationVar(t) : lossVar(t, *v);
     if (n == "True" || n == "False")
       return ctx_.boolean(n == "True");
     if (Expr v = detail::findNamedNumber(ctx_, n))
@@ -547,7 +543,7 @@ private:
     std::string_view n = name.text;
     std::optional<Callable> callable = detail::findCallable(n);
     if (!callable) {
-      if (n == "num" || n == "x" || n == "z" || n == "y_pred" || n == "y_true" || detail::isNamedNumber(n))
+      if (detail::findVariable(n) || detail::isNamedNumber(n))
         fail(name.pos, name.len, fmt::format("'{}' is not a function", n));
       std::string near = detail::nearestName(n, detail::knownNames());
       fail(name.pos, name.len,
@@ -692,8 +688,8 @@ Expected<Formula> parseFormula(ExprContext &ctx, std::string_view text, const Pa
 }
 
 bool isReservedName(std::string_view name) {
-  return name == "num" || name == "x" || name == "z" || name == "y_pred" || name == "y_true" || name == "True" ||
-         name == "False" || detail::isNamedNumber(name) || detail::findCallable(name);
+  return detail::findVariable(name) || name == "True" || name == "False" || detail::isNamedNumber(name) ||
+         detail::findCallable(name);
 }
 
 } // namespace hsnn
