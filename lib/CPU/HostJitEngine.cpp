@@ -161,179 +161,222 @@ std::vector<size_t> chunkStarts(std::span<const KernelRequest> requests) {
   return starts;
 }
 
-// Compiles (or loads from the disk cache) the requested kernels and returns
-// them loaded, filling the JIT fields of `info`.
-Expected<std::shared_ptr<KernelLibrary>> buildKernels(std::span<const KernelRequest> requests,
-                                                      const JITOptions &requestedOptions,
-                                                      const CacheConfig &cacheConfig,
-                                                      const std::function<std::string()> &describe,
-                                                      CompileInfo &info, const CompileProgress &progress,
-                                                      bool linkedOnly) {
-  std::vector<std::string> symbols;
-  for (const KernelRequest &r : requests)
-    symbols.push_back(r.symbol);
-  // Row kernels take HSNN_ROW_SHAPE's shape, which then keys them, else the
-  // host's measured one, asked for on a miss only: every shape gives the
-  // same bits, so a hit need not know which one its objects have.
-  const bool rowKernels =
-      std::any_of(requests.begin(), requests.end(), [](const KernelRequest &r) { return !r.rowSlots.empty(); });
-  JITOptions options = requestedOptions;
-  if (rowKernels && !options.rowShape) {
-    auto fixed = rowShapeOverride();
-    if (!fixed)
-      return fixed.error();
-    options.rowShape = *fixed;
+// One build of a set of kernel requests: the linked shared object from the
+// cache (no LLVM), else each object from the cache or compiled (in
+// parallel, with the math functions they call), loaded into the JIT; the
+// JIT fields of `info` filled.
+class KernelBuild {
+public:
+  KernelBuild(std::span<const KernelRequest> requests, const JITOptions &options, const CacheConfig &cacheConfig,
+              CompileInfo &info, const CompileProgress &progress)
+      : requests_(requests), options_(options), cacheConfig_(cacheConfig), info_(info), progress_(progress),
+        starts_(chunkStarts(requests)), chunks_(starts_.size() - 1), cache_(ObjectCache::open(cacheConfig)) {
+    for (const KernelRequest &r : requests)
+      symbols_.push_back(r.symbol);
+    rowKernels_ = std::any_of(requests.begin(), requests.end(), [](const KernelRequest &r) { return !r.rowSlots.empty(); });
   }
-  JITOptions compileOptions = options;
 
-  // Kernels compile in independent objects, in parallel.
-  const std::vector<size_t> starts = chunkStarts(requests);
-  const size_t chunks = starts.size() - 1;
-  std::optional<ObjectCache> cache = ObjectCache::open(cacheConfig);
+  // linkedOnly: HostEngineOptions::linkedOnly (null where not linked).
+  Expected<std::shared_ptr<KernelLibrary>> run(const std::function<std::string()> &describe, bool linkedOnly) {
+    // Row kernels take HSNN_ROW_SHAPE's shape, which then keys them, else
+    // the host's measured one, asked for on a miss only: every shape gives
+    // the same bits, so a hit need not know which one its objects have.
+    if (rowKernels_ && !options_.rowShape) {
+      auto fixed = rowShapeOverride();
+      if (!fixed)
+        return fixed.error();
+      options_.rowShape = *fixed;
+    }
+    compileOptions_ = options_;
+    std::optional<CacheKey> linkedKey = hostLinkedKey(requests_, options_, chunks_);
+    if (linkedKey)
+      if (auto lib = loadLinked(*linkedKey))
+        return lib;
+    if (linkedOnly)
+      return std::shared_ptr<KernelLibrary>();
+    auto jit = HostJIT::get();
+    if (!jit)
+      return jit.error();
+    jit_ = *jit;
+    for (size_t c = 0; c < chunks_; ++c)
+      keys_.push_back(objectKey(part(c), options_, jit_->target()));
+    mathFunctions_ = calledMathFunctions(requests_, jit_->target().vectorBits);
+    if (!linkedKey) {
+      linkedKey = objectsLinkedKey(keys_, symbols_, mathFunctions_);
+      if (auto lib = loadLinked(*linkedKey))
+        return lib;
+    }
+    description_ = describe();
+    objects_.assign(chunks_, {});
+    stats_.assign(chunks_, {});
+    errors_.assign(chunks_, {});
+    hit_.assign(chunks_, 0);
+    if (Error e = loadOrCompile())
+      return e;
+    CompileStats loadStats;
+    auto lib = jit_->load(withMath(), symbols_, &loadStats);
+    if (!lib && std::find(hit_.begin(), hit_.end(), 1) != hit_.end()) {
+      // A verified entry that does not link (the machine's libmvec changed,
+      // say) is compiled afresh and replaced, like any other miss.
+      std::fill(hit_.begin(), hit_.end(), 0);
+      chooseRowShape();
+      tbb::parallel_for(size_t(0), chunks_, [&](size_t c) { compile(c); });
+      if (Error e = firstError())
+        return e;
+      lib = jit_->load(withMath(), symbols_, &loadStats);
+    }
+    if (!lib)
+      return lib.error();
+    report(loadStats);
+    if (cache_)
+      storeLinkedLater(cacheConfig_, *linkedKey, withMath(), description_ + "; linked into one shared object",
+                       symbols_.front());
+    return lib;
+  }
+
+private:
+  std::span<const KernelRequest> part(size_t c) const {
+    return requests_.subspan(starts_[c], starts_[c + 1] - starts_[c]);
+  }
+
   // The objects linked into one shared object by an earlier process load
-  // without LLVM; a stale or foreign one is relinked below.
-  auto loadLinked = [&](const CacheKey &key) -> std::shared_ptr<KernelLibrary> {
-    auto image = cache ? cache->load(CacheCategory::Cpu, key) : std::nullopt;
+  // without LLVM; a stale or foreign one is relinked.
+  std::shared_ptr<KernelLibrary> loadLinked(const CacheKey &key) {
+    auto image = cache_ ? cache_->load(CacheCategory::Cpu, key) : std::nullopt;
     if (!image)
       return nullptr;
     auto t0 = Clock::now();
-    auto lib = loadSharedObject(*image, symbols, imageBindingSymbol(key));
+    auto lib = loadSharedObject(*image, symbols_, imageBindingSymbol(key));
     if (!lib)
       return nullptr;
-    info.emitMs = info.optimizeMs = info.codegenMs = 0;
-    info.objectBytes = image->size();
-    info.loadMs = msSince(t0);
-    info.cacheHit = info.linkedFromCache = true;
-    info.objectsCompiled = 0;
-    info.objectsFromCache = chunks;
-    if (progress) {
-      size_t all = countTapes(requests);
-      progress(all, all);
+    info_.emitMs = info_.optimizeMs = info_.codegenMs = 0;
+    info_.objectBytes = image->size();
+    info_.loadMs = msSince(t0);
+    info_.cacheHit = info_.linkedFromCache = true;
+    info_.objectsCompiled = 0;
+    info_.objectsFromCache = chunks_;
+    if (progress_) {
+      size_t all = countTapes(requests_);
+      progress_(all, all);
     }
     return *lib;
-  };
-  std::optional<CacheKey> linkedKey = hostLinkedKey(requests, options, chunks);
-  if (linkedKey)
-    if (auto lib = loadLinked(*linkedKey))
-      return lib;
-  if (linkedOnly)
-    return std::shared_ptr<KernelLibrary>();
-
-  auto jit = HostJIT::get();
-  if (!jit)
-    return jit.error();
-  std::vector<std::vector<char>> objects(chunks);
-  std::vector<CompileStats> stats(chunks);
-  std::vector<Error> errors(chunks);
-  std::vector<char> hit(chunks, 0);
-  auto part = [&](size_t c) { return requests.subspan(starts[c], starts[c + 1] - starts[c]); };
-  std::vector<CacheKey> keys;
-  for (size_t c = 0; c < chunks; ++c)
-    keys.push_back(objectKey(part(c), options, (*jit)->target()));
-  const size_t totalTapes = countTapes(requests);
-  // The math library's functions that the kernels call rather than inline.
-  const std::vector<MathFunction> mathFunctions = calledMathFunctions(requests, (*jit)->target().vectorBits);
-
-  if (!linkedKey) {
-    linkedKey = objectsLinkedKey(keys, symbols, mathFunctions);
-    if (auto lib = loadLinked(*linkedKey))
-      return lib;
   }
-  const std::string description = describe();
-  auto compile = [&](size_t c) {
-    auto object = (*jit)->compileObject(part(c), compileOptions, &stats[c]);
-    if (!object) {
-      errors[c] = object.takeError();
-      return;
-    }
-    if (cache)
-      cache->store(CacheCategory::Cpu, keys[c], *object, description);
-    objects[c] = std::move(*object);
-  };
-  std::mutex progressMutex;
-  size_t kernelsDone = 0;
-  auto report = [&](size_t c) {
-    if (!progress)
-      return;
-    std::lock_guard lock(progressMutex);
-    kernelsDone += countTapes(part(c));
-    progress(kernelsDone, totalTapes);
-  };
-  // Cache hits on this thread: a fresh process that finds every object
-  // cached then never starts TBB's workers (2-3 ms of a 10 ms hit here).
-  std::vector<size_t> misses;
-  for (size_t c = 0; c < chunks; ++c)
-    if (auto object = cache ? cache->load(CacheCategory::Cpu, keys[c]) : std::nullopt) {
-      objects[c] = std::move(*object);
-      hit[c] = 1;
-      report(c);
-    } else {
-      misses.push_back(c);
-    }
-  auto chooseRowShape = [&] {
-    if (rowKernels && !compileOptions.rowShape)
-      compileOptions.rowShape = hostRowShape(cacheConfig);
-  };
-  if (!misses.empty())
-    chooseRowShape();
-  Expected<MathObjects> math = MathObjects{};
-  tbb::parallel_invoke(
-      [&] {
-        if (!mathFunctions.empty())
-          math = mathObjects(**jit, mathFunctions, compileOptions, cache);
-      },
-      [&] {
-        tbb::parallel_for(size_t(0), misses.size(), [&](size_t i) {
-          compile(misses[i]);
-          report(misses[i]);
-        });
-      });
-  for (Error &e : errors)
-    if (e)
-      return std::move(e);
-  if (!math)
-    return math.error();
-  // Linked beside the kernels (after them: the symbols' order is theirs).
-  auto withMath = [&] {
-    std::vector<std::vector<char>> all = objects;
-    all.insert(all.end(), math->objects.begin(), math->objects.end());
-    return all;
-  };
 
-  CompileStats loadStats;
-  auto lib = (*jit)->load(withMath(), symbols, &loadStats);
-  if (!lib && std::find(hit.begin(), hit.end(), 1) != hit.end()) {
-    // A verified entry that does not link (the machine's libmvec changed,
-    // say) is compiled afresh and replaced, like any other miss.
-    std::fill(hit.begin(), hit.end(), 0);
-    chooseRowShape();
-    tbb::parallel_for(size_t(0), chunks, compile);
-    for (Error &e : errors)
+  // Each object from the cache or compiled; the math functions' objects
+  // beside the kernels' compiles.
+  Error loadOrCompile() {
+    // Cache hits on this thread: a fresh process that finds every object
+    // cached then never starts TBB's workers (2-3 ms of a 10 ms hit here).
+    std::vector<size_t> misses;
+    for (size_t c = 0; c < chunks_; ++c)
+      if (auto object = cache_ ? cache_->load(CacheCategory::Cpu, keys_[c]) : std::nullopt) {
+        objects_[c] = std::move(*object);
+        hit_[c] = 1;
+        tapesDone(c);
+      } else {
+        misses.push_back(c);
+      }
+    if (!misses.empty())
+      chooseRowShape();
+    Expected<MathObjects> math = MathObjects{};
+    tbb::parallel_invoke(
+        [&] {
+          if (!mathFunctions_.empty())
+            math = mathObjects(*jit_, mathFunctions_, compileOptions_, cache_);
+        },
+        [&] {
+          tbb::parallel_for(size_t(0), misses.size(), [&](size_t i) {
+            compile(misses[i]);
+            tapesDone(misses[i]);
+          });
+        });
+    if (Error e = firstError())
+      return e;
+    if (!math)
+      return math.error();
+    math_ = std::move(*math);
+    return Error::success();
+  }
+
+  void compile(size_t c) {
+    auto object = jit_->compileObject(part(c), compileOptions_, &stats_[c]);
+    if (!object) {
+      errors_[c] = object.takeError();
+      return;
+    }
+    if (cache_)
+      cache_->store(CacheCategory::Cpu, keys_[c], *object, description_);
+    objects_[c] = std::move(*object);
+  }
+
+  Error firstError() {
+    for (Error &e : errors_)
       if (e)
         return std::move(e);
-    lib = (*jit)->load(withMath(), symbols, &loadStats);
+    return Error::success();
   }
-  if (!lib)
-    return lib.error();
-  info.emitMs = math->stats.emitMs;
-  info.optimizeMs = math->stats.optimizeMs;
-  info.codegenMs = math->stats.codegenMs;
-  info.objectBytes = 0;
-  for (size_t c = 0; c < chunks; ++c) { // CPU time summed over the parallel compiles
-    info.emitMs += stats[c].emitMs;
-    info.optimizeMs += stats[c].optimizeMs;
-    info.codegenMs += stats[c].codegenMs;
-    info.objectBytes += objects[c].size();
+
+  void chooseRowShape() {
+    if (rowKernels_ && !compileOptions_.rowShape)
+      compileOptions_.rowShape = hostRowShape(cacheConfig_);
   }
-  info.loadMs = loadStats.loadMs;
-  info.cacheHit = std::all_of(hit.begin(), hit.end(), [](char h) { return h; });
-  info.objectsFromCache = size_t(std::count(hit.begin(), hit.end(), 1));
-  info.objectsCompiled = chunks - info.objectsFromCache;
-  if (cache)
-    storeLinkedLater(cacheConfig, *linkedKey, withMath(), description + "; linked into one shared object",
-                     symbols.front());
-  return lib;
-}
+
+  // Progress counts kernels, reported one call at a time and only forward.
+  void tapesDone(size_t c) {
+    if (!progress_)
+      return;
+    std::lock_guard lock(progressMutex_);
+    kernelsDone_ += countTapes(part(c));
+    progress_(kernelsDone_, countTapes(requests_));
+  }
+
+  // The kernels' objects, then the math functions' they call (the symbols
+  // are the kernels').
+  std::vector<std::vector<char>> withMath() const {
+    std::vector<std::vector<char>> all = objects_;
+    all.insert(all.end(), math_.objects.begin(), math_.objects.end());
+    return all;
+  }
+
+  void report(const CompileStats &load) {
+    info_.emitMs = math_.stats.emitMs;
+    info_.optimizeMs = math_.stats.optimizeMs;
+    info_.codegenMs = math_.stats.codegenMs;
+    info_.objectBytes = 0;
+    for (size_t c = 0; c < chunks_; ++c) { // CPU time summed over the parallel compiles
+      info_.emitMs += stats_[c].emitMs;
+      info_.optimizeMs += stats_[c].optimizeMs;
+      info_.codegenMs += stats_[c].codegenMs;
+      info_.objectBytes += objects_[c].size();
+    }
+    info_.loadMs = load.loadMs;
+    info_.cacheHit = std::all_of(hit_.begin(), hit_.end(), [](char h) { return h; });
+    info_.objectsFromCache = size_t(std::count(hit_.begin(), hit_.end(), 1));
+    info_.objectsCompiled = chunks_ - info_.objectsFromCache;
+  }
+
+  std::span<const KernelRequest> requests_;
+  JITOptions options_, compileOptions_; // compileOptions_: with the host's row shape once a miss needs it
+  const CacheConfig &cacheConfig_;
+  CompileInfo &info_;
+  const CompileProgress &progress_;
+  const std::vector<size_t> starts_; // where each object's requests start (chunkStarts)
+  const size_t chunks_;
+  std::optional<ObjectCache> cache_;
+  std::vector<std::string> symbols_;
+  bool rowKernels_ = false;
+  HostJIT *jit_ = nullptr;
+  std::vector<CacheKey> keys_;
+  std::vector<MathFunction> mathFunctions_;
+  std::string description_;
+  std::vector<std::vector<char>> objects_;
+  std::vector<CompileStats> stats_;
+  std::vector<Error> errors_;
+  std::vector<char> hit_;
+  MathObjects math_;
+  std::mutex progressMutex_;
+  size_t kernelsDone_ = 0;
+};
 
 class HostJitEngine final : public Engine {
 public:
@@ -381,8 +424,8 @@ public:
     }
     // Described only for what is stored: a hit needs no description.
     auto describe = [&] { return m.describe("cpu_jit", std::vector<KernelKind>(kinds)); };
-    auto lib = buildKernels(requests, options_.jit, options_.cache, describe, info,
-                            progress ? options_.progress : CompileProgress(), linkedOnly);
+    CompileProgress told = progress ? options_.progress : CompileProgress();
+    auto lib = KernelBuild(requests, options_.jit, options_.cache, info, told).run(describe, linkedOnly);
     if (!lib)
       return lib.takeError();
     if (!*lib) { // linkedOnly, and not linked in the cache
