@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace hsnn {
 
@@ -124,7 +125,42 @@ std::string_view variableName(Variable v) {
 struct ExprContext::Impl {
   std::mutex mutex;
   std::deque<Node> nodes; // deque: node addresses never move
-  std::unordered_multimap<uint64_t, const Node *> table;
+  // The nodes by hash, open addressing with linear probing (a power-of-two
+  // size, at most half full), each slot with its node's hash so that a probe
+  // reads a node only when the hashes match: every builder call looks a
+  // node up, and the node-based multimap this was spent a fifth of a large
+  // layer's front end chasing pointers.
+  struct Slot {
+    uint64_t hash = 0;
+    const Node *node = nullptr;
+  };
+  std::vector<Slot> slots = std::vector<Slot>(256);
+  size_t used = 0;
+
+  const Node *find(uint64_t h, const Node &n) const {
+    for (size_t i = h & (slots.size() - 1);; i = (i + 1) & (slots.size() - 1)) {
+      const Slot &s = slots[i];
+      if (!s.node || (s.hash == h && sameNode(*s.node, n)))
+        return s.node;
+    }
+  }
+  void insert(const Node *p) {
+    if (2 * (used + 1) > slots.size()) {
+      std::vector<Slot> old(slots.size() * 2);
+      old.swap(slots);
+      for (const Slot &s : old)
+        if (s.node)
+          place(s);
+    }
+    place({p->hash(), p});
+    ++used;
+  }
+  void place(const Slot &s) {
+    size_t i = s.hash & (slots.size() - 1);
+    while (slots[i].node)
+      i = (i + 1) & (slots.size() - 1);
+    slots[i] = s;
+  }
 };
 
 ExprContext::ExprContext() : impl_(std::make_unique<Impl>()) {}
@@ -167,12 +203,10 @@ Expr ExprContext::intern(Node &&n) {
   n.flags_ = flagsOf(n);
 
   std::lock_guard lock(impl_->mutex);
-  auto [lo, hi] = impl_->table.equal_range(h);
-  for (auto it = lo; it != hi; ++it)
-    if (sameNode(*it->second, n))
-      return it->second;
+  if (const Node *found = impl_->find(h, n))
+    return found;
   const Node *stored = &impl_->nodes.emplace_back(std::move(n));
-  impl_->table.emplace(h, stored);
+  impl_->insert(stored);
   return stored;
 }
 
