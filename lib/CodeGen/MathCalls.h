@@ -31,7 +31,7 @@ namespace hsnn::detail {
 /// math calls and formulas (measured: the performance guide's "Compile
 /// time"): layers of a few formulas, run many times (W1's eight built-ins
 /// are two functions of four), keep the inlined code's speed; layers of
-/// many formulas, the kind a search makes, compile in a tenth of the time.
+/// many formulas, the kind a search makes, compile without the copies.
 inline constexpr size_t kInlineMathCallsPerKernel = 8, kInlineMathFormulasPerKernel = 4;
 
 /// One function of the math library at one vector type.

@@ -128,8 +128,8 @@ struct ExprContext::Impl {
   // The nodes by hash, open addressing with linear probing (a power-of-two
   // size, at most half full), each slot with its node's hash so that a probe
   // reads a node only when the hashes match: every builder call looks a
-  // node up, and the node-based multimap this was spent a fifth of a large
-  // layer's front end chasing pointers.
+  // node up, and a node-based map chases a pointer a probe (the development
+  // log has the measurement).
   struct Slot {
     uint64_t hash = 0;
     const Node *node = nullptr;
