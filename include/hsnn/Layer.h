@@ -140,9 +140,11 @@ struct CompileInfo {
   size_t objectsCompiled = 0, objectsFromCache = 0;
   /// Tiered (LayerOptions::tiered): the JIT's compile as estimated (ms of
   /// one core), the interpreter's time on this layer and its copies so
-  /// far, and whether the compile has started. It starts once that time
-  /// reaches the estimate (a layer of new formulas run a few times never
-  /// compiles), at once for an estimate under 50 ms, or at waitForCompile().
+  /// far, and whether the compile has started. It starts once the time the
+  /// JIT would have saved (half the interpreter's; three quarters where the
+  /// formulas call math functions) reaches the estimate (a layer of new
+  /// formulas run a few times never compiles), at once for an estimate
+  /// under 50 ms, or at waitForCompile().
   double compileEstimateMs = 0, interpreterMs = 0;
   bool compileStarted = false;
   /// Batch-major cpu_jit layers: the node segments whose formulas repeat

@@ -105,7 +105,7 @@ TEST_CASE("tiered: the compile starts once the interpreter's time pays for it, a
   CHECK(info.interpreterMs < estimate);
   CHECK_FALSE(info.compileStarted);
   CHECK(layer->method() == Method::CpuInterp);
-  // Calls until the interpreter has run as long as the compile would take.
+  // Calls until the time the JIT would have saved pays for the compile.
   const size_t batch = 512;
   std::vector<float> z = inputs(many.size() * batch), a(z.size());
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -113,7 +113,7 @@ TEST_CASE("tiered: the compile starts once the interpreter's time pays for it, a
     REQUIRE_OK(layer->forward(z, a, batch));
   info = layer->compileInfo();
   CHECK(info.compileStarted);
-  CHECK(info.interpreterMs >= estimate);
+  CHECK(info.interpreterMs * 0.75 >= estimate * 0.999); // the JIT saves three quarters of it (math calls)
   REQUIRE_OK(layer->waitForCompile());
   CHECK(layer->method() == Method::CpuJit);
 
