@@ -127,6 +127,14 @@ CacheKey objectsLinkedKey(std::span<const CacheKey> objects, std::span<const std
   return k.finish();
 }
 
+// The kinds built when the engine is made (the others at their first use).
+std::span<const KernelKind> creationKinds(bool loss) {
+  static constexpr KernelKind kLoss[] = {KernelKind::LossElements, KernelKind::LossSum, KernelKind::LossGradient,
+                                         KernelKind::LossFused};
+  static constexpr KernelKind kActivation[] = {KernelKind::Forward, KernelKind::Backward};
+  return loss ? std::span<const KernelKind>(kLoss) : std::span<const KernelKind>(kActivation);
+}
+
 // Progress counts kernels (a formula's tape for one kind, however many
 // share a function), reported one call at a time and only forward.
 size_t countTapes(std::span<const KernelRequest> requests) {
@@ -389,7 +397,7 @@ public:
 
   // Builds the kernels of `kinds` for every code unit.
   // linkedOnly: HostEngineOptions::linkedOnly, for the creation's kernels.
-  Error build(std::initializer_list<KernelKind> kinds, CompileInfo &info, bool progress = false,
+  Error build(std::span<const KernelKind> kinds, CompileInfo &info, bool progress = false,
               bool linkedOnly = false) {
     const CompiledModel &m = model();
     std::vector<KernelRequest> requests;
@@ -423,7 +431,7 @@ public:
       return Error::success();
     }
     // Described only for what is stored: a hit needs no description.
-    auto describe = [&] { return m.describe("cpu_jit", std::vector<KernelKind>(kinds)); };
+    auto describe = [&] { return m.describe("cpu_jit", std::vector<KernelKind>(kinds.begin(), kinds.end())); };
     CompileProgress told = progress ? options_.progress : CompileProgress();
     auto lib = KernelBuild(requests, options_.jit, options_.cache, info, told).run(describe, linkedOnly);
     if (!lib)
@@ -509,7 +517,7 @@ private:
     std::call_once(lazy.once, [&] {
       auto *self = const_cast<HostJitEngine *>(this);
       CompileInfo info;
-      if (Error e = self->build({kind}, info))
+      if (Error e = self->build(std::span(&kind, 1), info))
         lazy.error = options_.onLazyFailure ? options_.onLazyFailure(e) : std::move(e);
       else
         lazy.compiled = true;
@@ -689,12 +697,9 @@ double estimatedCompileMs(const CompiledModel &m) {
   // Fitted to `hsnn-jit bench --workload compile`'s layers (cache off):
   // a fixed part, code generation by tape instruction, and the inlined
   // math library's copies (MathCalls.h) where a kernel keeps them.
-  std::vector<KernelKind> kinds = m.isLoss ? std::vector{KernelKind::LossElements, KernelKind::LossSum,
-                                                         KernelKind::LossGradient, KernelKind::LossFused}
-                                           : std::vector{KernelKind::Forward, KernelKind::Backward};
   double instructions = 0, inlinedCalls = 0;
   for (const CodeUnit &u : m.units)
-    for (KernelKind k : kinds) {
+    for (KernelKind k : creationKinds(m.isLoss)) {
       instructions += double(u.programs[size_t(k)]->code.size());
       inlinedCalls += double(mathCallSites(*u.programs[size_t(k)]));
     }
@@ -705,12 +710,9 @@ double estimatedCompileMs(const CompiledModel &m) {
 
 Expected<std::shared_ptr<const Engine>> makeHostJitEngine(std::shared_ptr<const CompiledModel> model,
                                                           const HostEngineOptions &options, CompileInfo &info) {
-  bool loss = model->isLoss;
+  std::span<const KernelKind> kinds = creationKinds(model->isLoss);
   auto engine = std::make_shared<HostJitEngine>(std::move(model), options);
-  Error e = loss ? engine->build({KernelKind::LossElements, KernelKind::LossSum, KernelKind::LossGradient,
-                                  KernelKind::LossFused},
-                                 info, true, options.linkedOnly)
-                 : engine->build({KernelKind::Forward, KernelKind::Backward}, info, true, options.linkedOnly);
+  Error e = engine->build(kinds, info, true, options.linkedOnly);
   if (e)
     return e;
   if (engine->missing())
