@@ -12,6 +12,7 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -78,6 +79,13 @@ struct ParseOptions {
   FormulaMode mode = FormulaMode::Activation;
   int node = -1;          ///< Only used to label diagnostics.
   bool simplify = true;   ///< Apply simplify() to the result.
+  /// A population's input variables (Population.h): name i is Variable(i),
+  /// in place of the mode's own (num, x, z; y_pred, y_true). Empty: the mode's.
+  std::span<const std::string> variables{};
+  /// Every number written becomes a constant: _c0, _c1, ... in the order
+  /// written, the number its default (Formula::defaults), as symbolic
+  /// regression fits them.
+  bool literalsAsConstants = false;
 };
 
 /// Parses one formula; on failure returns the first diagnostic.
@@ -131,6 +139,9 @@ struct PrintOptions {
   /// fails at its tails (gelu'(+inf) = 1, not inf*0): printed as Piecewise.
   /// Off, the text is the function on the reals, as SymPy would write it.
   bool guards = false;
+  /// A population's variables (ParseOptions::variables): Variable(i) is
+  /// written variables[i].
+  std::span<const std::string> variables{};
 };
 std::string print(Expr e, const PrintOptions &options = {});
 

@@ -406,6 +406,12 @@ private:
     switch (t.kind) {
     case Tok::Number:
       take();
+      if (opt_.literalsAsConstants) {
+        std::string name = fmt::format("_c{}", literals_++);
+        defaults_.emplace(name, t.value);
+        firstUse_.emplace(name, t.pos + 1);
+        return {ctx_.param(name), t.pos, t.pos + t.len};
+      }
       return {ctx_.number(t.value), t.pos, t.pos + t.len};
     case Tok::LParen: {
       take();
@@ -464,8 +470,13 @@ private:
 
   Expr resolveName(const Token &t) {
     std::string_view n = t.text;
-    if (std::optional<Variable> v = detail::findVariable(n))
+    if (!opt_.variables.empty()) {
+      for (size_t i = 0; i < opt_.variables.size(); ++i)
+        if (opt_.variables[i] == n)
+          return ctx_.variable(Variable(i));
+    } else if (std::optional<Variable> v = detail::findVariable(n)) {
       return *v == Variable::Num ? activationVar(t) : lossVar(t, *v);
+    }
     if (n == "True" || n == "False")
       return ctx_.boolean(n == "True");
     if (Expr v = detail::findNamedNumber(ctx_, n))
@@ -482,11 +493,15 @@ private:
         Expr args[] = {ctx_.variable(Variable::YPred), ctx_.variable(Variable::YTrue)};
         return expandBuiltin(*b, t, args);
       }
+      if (opt_.variables.size() > 1)
+        fail(t.pos, t.len, fmt::format("'{}' alone does not say which variable; call it, e.g. {}({})", n, n,
+                                       opt_.variables[0]));
       Expr arg = ctx_.variable(Variable::Num);
       return expandBuiltin(*b, t, std::span<const Expr>(&arg, 1));
     }
     if (detail::findCallable(n))
-      fail(t.pos, t.len, fmt::format("'{}' is a function; call it, e.g. {}(num)", n, n));
+      fail(t.pos, t.len, fmt::format("'{}' is a function; call it, e.g. {}({})", n, n,
+                                     opt_.variables.empty() ? std::string("num") : opt_.variables[0]));
     firstUse_.emplace(std::string(n), t.pos + 1);
     return ctx_.param(n);
   }
@@ -665,6 +680,7 @@ private:
   std::string varSpelling_;
   bool usesYPred_ = false;
   std::map<std::string, double> defaults_;
+  unsigned literals_ = 0; ///< Numbers made constants so far (literalsAsConstants).
   std::map<std::string, ConstantDomain> domains_;
   std::map<std::string, size_t> firstUse_;
 };

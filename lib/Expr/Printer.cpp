@@ -90,7 +90,10 @@ private:
       return;
     }
     case Op::Var:
-      out += e->variable() == Variable::Num ? opt_.variable : variableName(e->variable());
+      if (size_t(e->variable()) < opt_.variables.size())
+        out += opt_.variables[size_t(e->variable())];
+      else
+        out += e->variable() == Variable::Num ? opt_.variable : variableName(e->variable());
       return;
     case Op::Param:
       out += e->paramName();

@@ -8,6 +8,7 @@
 #include "BenchCommon.h"
 #include "Commands.h"
 #include "CompileScaling.h"
+#include "PopulationBench.h"
 
 #include "hsnn/Backend.h"
 #include "hsnn/Cache.h"
@@ -36,7 +37,7 @@ namespace hsnn::cli {
 namespace {
 
 constexpr const char *kBenchHelp =
-    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|math|compile|latency|all] [--dtype f32|f64|both]
+    R"(usage: hsnn-jit bench [--workload W1|W2|W3|W4|math|compile|population|latency|all] [--dtype f32|f64|both]
                       [--method auto|cpu_jit|cpu_interp|cuda] [--device cpu|cuda|cuda:N]
                       [--threads N] [--reps N] [--json]
 
@@ -57,6 +58,11 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
       the same way), and the interpreter on W1; then layers of distinct
       formulas: 0-8 math calls a formula, 10-1000 random formulas with
       exp/log/sin/cos, one formula changed in a compiled layer of 1000
+  population  N new random formulas (1-64 nodes; + - * /, and with
+      exp/log/sin/cos) scored by MSE: prepare, score, both, constants'
+      gradients, beside the same formulas' cpu_jit and cpu_interp layers
+      and a copy's GB/s; N = 1000 over 100 and 1000 rows, with --reps 10
+      or more also N = 10^4 and up to 10^5 rows (not part of all)
   latency  (--device cuda) per-call time of the W1 layer's forward at
       64 x 32, 256 x 1024 and 256 x 65536 nodes x batch, both layouts:
       launch, kernel and synchronization, next to a copy of the same bytes
@@ -491,8 +497,8 @@ int runBench(std::span<const std::string_view> args) {
     } else if (a == "--workload") {
       auto v = value();
       if (!v || (*v != "W1" && *v != "W2" && *v != "W3" && *v != "W4" && *v != "math" && *v != "compile" &&
-                 *v != "latency" && *v != "all"))
-        return usage("--workload takes W1, W2, W3, W4, math, compile, latency or all");
+                 *v != "population" && *v != "latency" && *v != "all"))
+        return usage("--workload takes W1, W2, W3, W4, math, compile, population, latency or all");
       o.workload = std::string(*v);
     } else if (a == "--dtype") {
       auto v = value();
@@ -533,6 +539,7 @@ int runBench(std::span<const std::string_view> args) {
   std::vector<LayoutRatio> ratios;
   CompileResult compile;
   std::vector<CompileScalingRow> scaling;
+  std::vector<PopulationRow> population;
   GpuCompileResult gpuCompile;
   bool gpu = o.device != "cpu";
   auto failed = [&](const Error &e) { return reportError("bench", e.message(), BadInput, json); };
@@ -549,13 +556,16 @@ int runBench(std::span<const std::string_view> args) {
   } else {
     if (o.workload == "latency")
       return usage("the latency workload times GPU calls: give --device cuda[:N]");
+    if (o.workload == "population")
+      if (Error e = runPopulationBench(o, population))
+        return failed(e);
     if (o.workload == "compile" || o.workload == "all") {
       if (auto e = compileWorkload(o, compile))
         return failed(*e);
       if (Error e = runCompileScaling(o, scaling))
         return failed(e);
     }
-    for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes) {
+    for (DType dt : o.workload == "compile" || o.workload == "population" ? std::vector<DType>{} : o.dtypes) {
       std::optional<Error> e = dt == DType::F32 ? Bench<float>(o, results, ratios).run() : Bench<double>(o, results, ratios).run();
       if (e)
         return failed(*e);
@@ -606,6 +616,18 @@ int runBench(std::span<const std::string_view> args) {
                    scaling[i].objectBytes, scaling[i].interpMs);
       fmt::print("\n]");
     }
+    if (!population.empty()) {
+      fmt::print(", \"population\": [");
+      for (size_t i = 0; i < population.size(); ++i) {
+        const PopulationRow &r = population[i];
+        fmt::print("{}\n  {{\"ops\": {}, \"dtype\": \"{}\", \"formulas\": {}, \"rows\": {}, \"nodes\": {}, "
+                   "\"prepare_ms\": {:.4f}, \"score_ms\": {:.4f}, \"first_ms\": {:.4f}, \"gradients_ms\": {:.4f}, "
+                   "\"cpu_jit_ms\": {:.4f}, \"cpu_jit_compile_ms\": {:.1f}, \"cpu_interp_ms\": {:.4f}, \"copy_gbs\": {:.2f}}}",
+                   i ? "," : "", jsonQuote(r.ops), r.dtype, r.formulas, r.rows, r.nodes, r.prepareMs, r.scoreMs,
+                   r.firstMs, r.gradientMs, r.layerMs, r.layerCompileMs, r.interpMs, r.copyGBs);
+      }
+      fmt::print("\n]");
+    }
     if (gpuCompile.ran)
       fmt::print(", \"gpu_compile\": {{\"cold_ms\": {:.3f}, \"ptx_ms\": {:.3f}, \"load_ms\": {:.3f}, \"cache_hit_ms\": {:.3f}, "
                  "\"cache_hit_load_ms\": {:.3f}}}",
@@ -643,6 +665,8 @@ int runBench(std::span<const std::string_view> args) {
                compile.trivialProcessMs, compile.interpW1Ms, compile.firstResultMs, compile.fullSpeedMs);
   if (!scaling.empty())
     printCompileScaling(scaling);
+  if (!population.empty())
+    printPopulationBench(population);
   if (gpuCompile.ran)
     fmt::print("gpu compile (W1 layer, forward+backward; fused builds at first use): cold {:.2f} ms (PTX generation {:.2f}, link + load {:.2f}); cache hit "
                "{:.2f} ms (load {:.2f})\n",

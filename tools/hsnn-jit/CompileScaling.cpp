@@ -8,6 +8,7 @@
 // beside the interpreter's preparation and the same forward pass.
 //===----------------------------------------------------------------------===//
 #include "CompileScaling.h"
+#include "RandomFormulas.h"
 
 #include "hsnn/Cache.h"
 #include "hsnn/Layer.h"
@@ -23,40 +24,6 @@ namespace hsnn::cli {
 namespace {
 
 using Clock = BenchClock;
-
-// Numbers are written into the formulas (not constants), so that every
-// formula is a different tape, as in a search.
-std::string number(std::mt19937_64 &rng) {
-  std::uniform_real_distribution<double> pick(0.1, 2.0);
-  return fmt::format("{:.3f}", pick(rng));
-}
-
-// `calls` math calls cycling through sin, cos, exp, log; none: a*num + b*num*num.
-std::string mathCallFormula(int calls, std::mt19937_64 &rng) {
-  if (calls == 0)
-    return fmt::format("{}*num + {}*num*num", number(rng), number(rng));
-  static const char *const kFns[] = {"sin", "cos", "exp", "log"};
-  std::string f;
-  for (int k = 0; k < calls; ++k)
-    f += fmt::format("{}{}(num*{})", k ? " + " : "", kFns[k % 4], number(rng));
-  return f;
-}
-
-// A random tree of `nodes` nodes: + - * / and exp, log, sin, cos (with
-// `math`), leaves num or a number. Trees of the field's generators.
-std::string randomTree(size_t nodes, bool math, std::mt19937_64 &rng) {
-  if (nodes <= 1)
-    return std::uniform_int_distribution<int>(0, 2)(rng) ? "num" : number(rng);
-  static const char *const kUnary[] = {"exp", "log", "sin", "cos"};
-  if (math && nodes >= 2 && std::uniform_int_distribution<int>(0, 3)(rng) == 0)
-    return fmt::format("{}({})", kUnary[std::uniform_int_distribution<int>(0, 3)(rng)], randomTree(nodes - 1, math, rng));
-  if (nodes == 2)
-    return fmt::format("-{}", randomTree(1, math, rng));
-  static const char *const kBinary[] = {"+", "-", "*", "/"};
-  size_t left = std::uniform_int_distribution<size_t>(1, nodes - 2)(rng);
-  return fmt::format("({} {} {})", randomTree(left, math, rng), kBinary[std::uniform_int_distribution<int>(0, 3)(rng)],
-                     randomTree(nodes - 1 - left, math, rng));
-}
 
 std::vector<NodeSpec> specs(const std::vector<std::string> &formulas) {
   std::vector<NodeSpec> nodes;

@@ -1,0 +1,148 @@
+//===- lib/CPU/OpKernels.cpp - Every op over arrays, compiled once --------===//
+#include "OpKernels.h"
+
+#include "KernelBuild.h"
+
+#include <deque>
+#include <fmt/format.h>
+#include <mutex>
+
+namespace hsnn::detail {
+
+bool hasOpKernel(Op op) {
+  const OpInfo &info = opInfo(op);
+  return !info.isBool && info.syntax != OpSyntax::Leaf && (info.arity == 1 || info.arity == 2);
+}
+
+namespace {
+
+template <class T> constexpr DType dtypeOf = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+
+// How a kernel's operands come: arrays (an activation's z; a loss's
+// y_pred and y_true), or one array and a scalar, constant 0 of the kernel,
+// on either side, or an integer power's exponent as a number.
+enum class Operands { Arrays, VectorScalar, ScalarVector, Power };
+
+Program oneInstruction(Op op, Operands how, int power) {
+  Program p;
+  auto leaf = [&](Instr in) {
+    p.code.push_back(in);
+    return uint32_t(p.code.size() - 1);
+  };
+  Instr z{.op = Op::Var, .var = Variable::Num}, c{.op = Op::Param, .param = 0};
+  std::vector<uint32_t> operands;
+  switch (how) {
+  case Operands::Power:
+    operands = {leaf(z), leaf({.op = Op::Number, .number = double(power)})};
+    break;
+  case Operands::VectorScalar:
+    operands = {leaf(z), leaf(c)};
+    break;
+  case Operands::ScalarVector:
+    operands = {leaf(c), leaf(z)};
+    break;
+  case Operands::Arrays:
+    if (opInfo(op).arity == 1)
+      operands = {leaf(z)};
+    else
+      operands = {leaf({.op = Op::Var, .var = Variable::YPred}), leaf({.op = Op::Var, .var = Variable::YTrue})};
+  }
+  Instr in{.op = op, .argBegin = uint32_t(p.args.size()), .numArgs = uint32_t(operands.size())};
+  p.args.insert(p.args.end(), operands.begin(), operands.end());
+  p.code.push_back(in);
+  p.outputs = {uint32_t(p.code.size() - 1)};
+  return p;
+}
+
+template <class T> Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
+  const char *suffix = dtypeOf<T> == DType::F32 ? "f32" : "f64";
+  // Tapes the requests point into, kept with the kernels' process.
+  static std::deque<Program> tapes;
+  std::vector<KernelRequest> requests;
+  struct Slot {
+    Op op;
+    Operands how;
+    int power;
+  };
+  std::vector<Slot> slots;
+  auto add = [&](Op op, Operands how, int power, std::string name) {
+    tapes.push_back(oneInstruction(op, how, power));
+    bool loss = how == Operands::Arrays && opInfo(op).arity == 2;
+    requests.push_back({.symbol = fmt::format("hsnn_op_{}_{}", name, suffix),
+                        .program = &tapes.back(),
+                        .kind = loss ? KernelKind::LossElements : KernelKind::Forward,
+                        .dtype = dtypeOf<T>});
+    slots.push_back({op, how, power});
+  };
+  for (int o = 0; o < kNumOps; ++o) {
+    Op op = Op(o);
+    if (!hasOpKernel(op))
+      continue;
+    std::string name(opInfo(op).name);
+    add(op, Operands::Arrays, 0, name);
+    if (opInfo(op).arity == 2) {
+      add(op, Operands::VectorScalar, 0, name + "_vs");
+      add(op, Operands::ScalarVector, 0, name + "_sv");
+    }
+  }
+  for (int k = -kMaxKernelPower; k <= kMaxKernelPower; ++k)
+    if (k != 0)
+      add(Op::Pow, Operands::Power, k, fmt::format("pow{}{}", k < 0 ? "m" : "", std::abs(k)));
+  CompileInfo info;
+  auto lib = buildKernels(requests, JITOptions{}, cache, [&] { return fmt::format("op kernels ({})", suffix); }, info,
+                          CompileProgress(), /*linkedOnly=*/false);
+  if (!lib)
+    return lib.takeError();
+  auto kernels = std::make_unique<OpKernels<T>>();
+  kernels->library = *lib;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    void *address = (*lib)->address(requests[i].symbol);
+    if (!address)
+      return Error(ErrorCode::Internal, fmt::format("op kernel '{}' was compiled but not found", requests[i].symbol));
+    auto activation = reinterpret_cast<ActivationFn<T>>(address);
+    size_t op = size_t(slots[i].op);
+    switch (slots[i].how) {
+    case Operands::Power:
+      kernels->power[size_t(slots[i].power + kMaxKernelPower)] = activation;
+      break;
+    case Operands::VectorScalar:
+      kernels->vectorScalar[op] = activation;
+      break;
+    case Operands::ScalarVector:
+      kernels->scalarVector[op] = activation;
+      break;
+    case Operands::Arrays:
+      if (opInfo(slots[i].op).arity == 1)
+        kernels->unary[op] = activation;
+      else
+        kernels->binary[op] = reinterpret_cast<LossFn<T>>(address);
+    }
+  }
+  kernels->compiled = true;
+  return kernels;
+}
+
+} // namespace
+
+template <class T> Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache) {
+  // Built once; a failure is kept too (it says why there is no JIT, and a
+  // second try would fail the same way).
+  static std::once_flag once;
+  static std::unique_ptr<OpKernels<T>> kernels;
+  static Error failure;
+  std::call_once(once, [&] {
+    auto built = build<T>(cache);
+    if (built)
+      kernels = std::move(*built);
+    else
+      failure = built.takeError();
+  });
+  if (!kernels)
+    return Error(failure.code(), failure.message());
+  return kernels.get();
+}
+
+template Expected<const OpKernels<float> *> compiledOpKernels<float>(const CacheConfig &);
+template Expected<const OpKernels<double> *> compiledOpKernels<double>(const CacheConfig &);
+
+} // namespace hsnn::detail

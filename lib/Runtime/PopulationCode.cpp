@@ -1,0 +1,161 @@
+//===- lib/Runtime/PopulationCode.cpp - A formula's bytecode over blocks --===//
+#include "PopulationCode.h"
+
+#include "Expr/OpTable.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hsnn::detail {
+
+PopulationCode PopulationCode::from(const Program &p) {
+  PopulationCode c;
+  size_t n = p.code.size();
+  // The last instruction that reads each value; outputs live to the end.
+  std::vector<size_t> lastUse(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t a : p.operands(p.code[i]))
+      lastUse[a] = i;
+  for (uint32_t o : p.outputs)
+    lastUse[o] = n;
+  std::vector<ValueRef> where(n);
+  std::vector<uint32_t> free;
+  auto take = [&] {
+    if (free.empty())
+      return c.buffers++;
+    uint32_t b = free.back();
+    free.pop_back();
+    return b;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Instr &in = p.code[i];
+    if (in.op == Op::Var) {
+      where[i] = {uint32_t(in.var), ValueRef::Variable};
+      continue;
+    }
+    if (in.op == Op::Number || in.op == Op::Param) {
+      where[i] = {uint32_t(c.scalars.size()), ValueRef::Scalar};
+      c.scalars.push_back({in.op == Op::Param, in.param, in.number});
+      continue;
+    }
+    Step s{.op = in.op, .argBegin = uint32_t(c.args.size()), .numArgs = in.numArgs};
+    auto ops = p.operands(in);
+    if (in.op == Op::Pow && p.code[ops[1]].op == Op::Number) {
+      double k = p.code[ops[1]].number;
+      // A 0 exponent is folded by the front end; 2**31 and beyond are even.
+      if (k == std::trunc(k) && std::fabs(k) < 2147483648.0)
+        s.power = int32_t(k);
+    }
+    uint32_t scalars = 0;
+    for (uint32_t a : ops) {
+      c.args.push_back(where[a]);
+      scalars += where[a].kind == ValueRef::Scalar;
+    }
+    c.spread = std::max(c.spread, scalars);
+    // The destination is taken before the operands are given back: a step
+    // never writes over its own operands.
+    s.dst = take();
+    where[i] = {s.dst, ValueRef::Buffer};
+    c.steps.push_back(s);
+    for (uint32_t a : ops)
+      if (where[a].kind == ValueRef::Buffer && lastUse[a] == i &&
+          std::find(free.begin(), free.end(), where[a].index) == free.end())
+        free.push_back(where[a].index);
+  }
+  for (uint32_t o : p.outputs) {
+    ValueRef r = where[o];
+    if (r.kind == ValueRef::Scalar) {
+      // An output that is a number or constant is spread by a step of its
+      // own, so outputs are always arrays.
+      Step s{.op = Op::Number, .dst = c.buffers++, .argBegin = uint32_t(c.args.size()), .numArgs = 1};
+      c.args.push_back(r);
+      c.steps.push_back(s);
+      r = {s.dst, ValueRef::Buffer};
+    }
+    c.outputs.push_back(r);
+  }
+  return c;
+}
+
+void scalarValues(const PopulationCode &c, const double *params, double *out) {
+  for (size_t k = 0; k < c.scalars.size(); ++k)
+    out[k] = c.scalars[k].isParam ? params[c.scalars[k].param] : c.scalars[k].number;
+}
+
+template <class T>
+void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
+              T *buffers, size_t n) {
+  for (const PopulationCode::Step &s : c.steps) {
+    T *dst = buffers + size_t(s.dst) * kPopulationBlock;
+    const ValueRef *refs = c.args.data() + s.argBegin;
+    auto array = [&](unsigned k) { return valuePointer<T>(refs[k], columns, buffers); };
+    if (s.op == Op::Number) {
+      std::fill_n(dst, n, T(scalars[refs[0].index]));
+      continue;
+    }
+    if (kernels) {
+      bool scalar0 = refs[0].kind == ValueRef::Scalar, scalar1 = s.numArgs == 2 && refs[1].kind == ValueRef::Scalar;
+      if (s.power != 0 && !scalar0) {
+        if (std::abs(s.power) <= kMaxKernelPower) {
+          kernels->power[size_t(s.power + kMaxKernelPower)](array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
+          continue;
+        }
+        // |u|**k, u's sign put back for odd k: the kernels' own form.
+        double k = double(s.power);
+        kernels->unary[size_t(Op::Abs)](array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
+        kernels->vectorScalar[size_t(Op::Pow)](dst, nullptr, dst, nullptr, &k, int64_t(n));
+        if (s.power % 2 != 0) {
+          const T *a = array(0);
+          for (size_t i = 0; i < n; ++i)
+            dst[i] = std::copysign(dst[i], a[i]);
+        }
+        continue;
+      }
+      if (s.numArgs == 1 && !scalar0) {
+        if (ActivationFn<T> f = kernels->unary[size_t(s.op)]) {
+          f(array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
+          continue;
+        }
+      } else if (s.numArgs == 2 && !(scalar0 && scalar1)) {
+        if (!scalar0 && !scalar1) {
+          if (LossFn<T> f = kernels->binary[size_t(s.op)]) {
+            f(array(0), array(1), dst, nullptr, int64_t(n), T(1));
+            continue;
+          }
+        } else if (ActivationFn<T> f = (scalar1 ? kernels->vectorScalar : kernels->scalarVector)[size_t(s.op)]) {
+          const double *k = &scalars[refs[scalar1 ? 1 : 0].index];
+          f(array(scalar1 ? 0 : 1), nullptr, dst, nullptr, k, int64_t(n));
+          continue;
+        }
+      }
+    }
+    // Conditions and Piecewise are selections (exact in any code), and
+    // every op where there is no JIT: the op table's evaluation, scalars
+    // spread over the buffers past the values'.
+    const T *inline_[8];
+    std::vector<const T *> many;
+    const T **ptrs = inline_;
+    if (s.numArgs > 8) {
+      many.resize(s.numArgs);
+      ptrs = many.data();
+    }
+    T *spread = buffers + size_t(c.buffers) * kPopulationBlock;
+    for (unsigned j = 0; j < s.numArgs; ++j) {
+      if (refs[j].kind == ValueRef::Scalar) {
+        std::fill_n(spread, n, T(scalars[refs[j].index]));
+        ptrs[j] = spread;
+        spread += kPopulationBlock;
+      } else {
+        ptrs[j] = array(j);
+      }
+    }
+    blockEval<T>(s.op)(dst, ptrs, s.numArgs, n);
+  }
+}
+
+template void runSteps<float>(const PopulationCode &, const OpKernels<float> *, const float *const *, const double *,
+                              float *, size_t);
+template void runSteps<double>(const PopulationCode &, const OpKernels<double> *, const double *const *,
+                               const double *, double *, size_t);
+
+} // namespace hsnn::detail

@@ -1,0 +1,79 @@
+//===- lib/Runtime/PopulationCode.h - A formula's bytecode over blocks -*- C++ -*-===//
+//
+// A tape (Program.h) made ready for the population interpreter: each
+// instruction a step over a block of rows, its result in one of a few
+// buffers reused once the value is dead (a formula of 64 nodes needs ~8, so a
+// tile's working set stays in L1), variables read in place from the data's
+// columns, numbers and constants passed to the op kernels as scalars (no
+// buffer to fill: random formulas are a third numbers). Steps call the op
+// kernels (CPU/OpKernels.h): the compiled layers' code, one op at a time.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "CPU/OpKernels.h"
+#include "Program/Program.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace hsnn::detail {
+
+/// Rows a step runs at once: a buffer of floats is 2 KiB.
+inline constexpr size_t kPopulationBlock = 512;
+
+/// Where an operand is: a variable's column, a buffer, or a scalar (a
+/// number or constant, the same for every row).
+struct ValueRef {
+  enum Kind : uint8_t { Variable, Buffer, Scalar };
+  uint32_t index = 0;
+  Kind kind = Buffer;
+};
+
+struct PopulationCode {
+  struct Step {
+    Op op;
+    /// Pow by an integer exponent: the exponent (|k| <= kMaxKernelPower:
+    /// the power kernel; beyond, pow of |u| with u's sign put back for odd
+    /// k, as Lowering.cpp does); 0 otherwise.
+    int32_t power = 0;
+    uint32_t dst = 0;
+    uint32_t argBegin = 0, numArgs = 0;
+  };
+  /// A scalar: a number, or constant `param` of the formula.
+  struct Scalar {
+    bool isParam;
+    uint32_t param;
+    double number;
+  };
+  std::vector<Step> steps;
+  std::vector<ValueRef> args;
+  std::vector<Scalar> scalars;
+  std::vector<ValueRef> outputs;
+  /// Buffers for values, then `spread` more: scalars spread over a block for
+  /// a step with no scalar kernel (conditions, Piecewise).
+  uint32_t buffers = 0, spread = 0;
+
+  /// The tape's steps, buffers assigned by liveness.
+  static PopulationCode from(const Program &p);
+  /// Buffers a run needs, each kPopulationBlock long.
+  size_t bufferCount() const { return size_t(buffers) + spread; }
+};
+
+/// The scalars' values for the formula's constants `params`.
+void scalarValues(const PopulationCode &c, const double *params, double *out);
+
+/// Runs the steps over n <= kPopulationBlock rows: `columns` are the
+/// variables' values at the block's first row, `scalars` from scalarValues,
+/// `buffers` bufferCount() blocks. Outputs are read through valuePointer.
+template <class T>
+void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
+              T *buffers, size_t n);
+
+/// A variable's or buffer's values (not a scalar's).
+template <class T> const T *valuePointer(ValueRef r, const T *const *columns, T *buffers) {
+  return r.kind == ValueRef::Variable ? columns[r.index] : buffers + size_t(r.index) * kPopulationBlock;
+}
+
+} // namespace hsnn::detail
