@@ -10,7 +10,7 @@ PACKAGES=(
   libtbb-dev libfmt-dev doctest-dev nlohmann-json3-dev
   clang-19 libclang-rt-19-dev
   python3 python3-dev python3-numpy python3-pytest pybind11-dev python3-torch libtorch-dev python3-sklearn python3-matplotlib
-  python3-mpmath
+  python3-mpmath python3-numexpr python3-distributed
   python3-sphinx python3-myst-parser python3-sphinx-rtd-theme python3-breathe doxygen
   python3-venv python3-pip python3-setuptools python3-wheel
   debootstrap

@@ -38,6 +38,7 @@ constexpr size_t kTileRows = 16 * kPopulationBlock;
 
 struct Member {
   bool valid = false;
+  std::optional<Diagnostic> error;
   Formula formula;
   std::vector<double> constants; ///< Initial values, in formula.constants' order.
   PopulationCode value;          ///< Outputs: the formula.
@@ -55,8 +56,13 @@ struct LossCode {
 
 struct Population::Impl {
   PopulationOptions options;
-  std::unique_ptr<ExprContext> ctx = std::make_unique<ExprContext>();
+  std::unique_ptr<ExprContext> ctx = std::make_unique<ExprContext>(); ///< Losses'
   std::vector<Member> members;
+  /// Members are prepared (and differentiated) in chunks, in parallel, each
+  /// chunk in a context of its own: chunk k is members [chunkStart[k],
+  /// chunkStart[k+1]) in contexts[k].
+  std::vector<size_t> chunkStart;
+  std::vector<std::unique_ptr<ExprContext>> contexts;
   std::vector<Diagnostic> errors;
   std::vector<size_t> offsets{0}; ///< Constants of member i at [offsets[i], offsets[i+1]).
 
@@ -66,8 +72,15 @@ struct Population::Impl {
 
   void fail(size_t i, Diagnostic d) {
     d.node = int(i);
-    errors.push_back(std::move(d));
+    members[i].error = std::move(d);
     members[i].valid = false;
+  }
+  /// fn(context, i) for every member, the chunks in parallel.
+  template <class Fn> void forMembers(Fn &&fn) {
+    forBlocks(contexts.size(), 1 << 16, [&](size_t k) {
+      for (size_t i = chunkStart[k]; i < chunkStart[k + 1]; ++i)
+        fn(*contexts[k], i);
+    });
   }
   // A parsed formula's constants, checked against what was given.
   void bind(size_t i, const std::map<std::string, double> &given);
@@ -129,14 +142,26 @@ void Population::Impl::bind(size_t i, const std::map<std::string, double> &given
 
 namespace {
 
+// Members a chunk prepares: enough to amortize a context, few enough that
+// every thread gets several.
+constexpr size_t kMembersPerChunk = 64;
+
 std::shared_ptr<Population::Impl> makeImpl(const PopulationOptions &options, size_t n) {
   auto impl = std::make_shared<Population::Impl>();
   impl->options = options;
   impl->members.resize(n);
+  for (size_t b = 0; b < n; b += kMembersPerChunk) {
+    impl->chunkStart.push_back(b);
+    impl->contexts.push_back(std::make_unique<ExprContext>());
+  }
+  impl->chunkStart.push_back(n);
   return impl;
 }
 
 void finishOffsets(Population::Impl &impl, std::vector<double> &constants) {
+  for (Member &m : impl.members)
+    if (m.error)
+      impl.errors.push_back(*m.error);
   impl.offsets.assign(1, 0);
   for (const Member &m : impl.members) {
     constants.insert(constants.end(), m.constants.begin(), m.constants.end());
@@ -150,18 +175,15 @@ Expected<Population> Population::create(std::span<const PopulationMember> member
   if (Error e = checkVariables(options))
     return e;
   auto impl = makeImpl(options, members.size());
-  ParseOptions po{.mode = FormulaMode::Activation, .variables = options.variables,
-                  .literalsAsConstants = options.literalsAsConstants};
-  for (size_t i = 0; i < members.size(); ++i) {
-    po.node = int(i);
-    auto parsed = parseFormulaDetailed(*impl->ctx, members[i].formula, po);
-    if (auto *d = std::get_if<Diagnostic>(&parsed)) {
-      impl->fail(i, std::move(*d));
-      continue;
-    }
+  impl->forMembers([&](ExprContext &ctx, size_t i) {
+    ParseOptions po{.mode = FormulaMode::Activation, .node = int(i), .variables = options.variables,
+                    .literalsAsConstants = options.literalsAsConstants};
+    auto parsed = parseFormulaDetailed(ctx, members[i].formula, po);
+    if (auto *d = std::get_if<Diagnostic>(&parsed))
+      return impl->fail(i, std::move(*d));
     impl->members[i].formula = std::move(std::get<Formula>(parsed));
     impl->bind(i, members[i].constants);
-  }
+  });
   std::vector<double> constants;
   finishOffsets(*impl, constants);
   return Population(std::move(impl), std::move(constants));
@@ -327,21 +349,21 @@ Expected<Population> Population::fromArrays(const PopulationArrays &a, const Pop
       return Error(ErrorCode::InvalidArgument, fmt::format("offsets decrease at {}", i));
   size_t n = a.offsets.size() - 1;
   auto impl = makeImpl(options, n);
-  for (size_t i = 0; i < n; ++i) {
+  impl->forMembers([&](ExprContext &ctx, size_t i) {
     size_t b = size_t(a.offsets[i]), e = size_t(a.offsets[i + 1]);
     Member &m = impl->members[i];
     m.formula.text = fmt::format("(arrays: codes {}..{})", b, e);
     std::map<std::string, double> initial;
-    TreeReader r{*impl->ctx, options, a.codes.subspan(b, e - b), a.values.subspan(b, e - b), m.formula, initial};
+    TreeReader r{ctx, options, a.codes.subspan(b, e - b), a.values.subspan(b, e - b), m.formula, initial};
     try {
       if (e == b)
         throw TreeReader::Bad{0, "empty tree"};
       Expr tree = a.postfix ? r.postfix() : r.prefix();
-      m.formula.expr = simplify(*impl->ctx, tree);
+      m.formula.expr = simplify(ctx, tree);
     } catch (const TreeReader::Bad &bad) {
-      impl->fail(i, {.column = bad.position + 1, .message = fmt::format("position {}: {}", bad.position, bad.cause),
-                     .formula = m.formula.text});
-      continue;
+      return impl->fail(i, {.column = bad.position + 1,
+                            .message = fmt::format("position {}: {}", bad.position, bad.cause),
+                            .formula = m.formula.text});
     }
     std::set<std::string> names;
     for (auto &[name, v] : initial)
@@ -363,7 +385,7 @@ Expected<Population> Population::fromArrays(const PopulationArrays &a, const Pop
     }
     m.formula.constants.assign(used.begin(), used.end());
     impl->bind(i, initial);
-  }
+  });
   std::vector<double> constants;
   finishOffsets(*impl, constants);
   return Population(std::move(impl), std::move(constants));
@@ -410,16 +432,17 @@ void Population::Impl::deriveConstants() {
   std::lock_guard<std::mutex> lock(lazy);
   if (haveConstantGrads)
     return;
-  for (Member &m : members) {
+  forMembers([&](ExprContext &ctx, size_t i) {
+    Member &m = members[i];
     if (!m.valid)
-      continue;
+      return;
     std::vector<Expr> roots{m.formula.expr};
     for (const std::string &c : m.formula.constants) {
-      Expr d = differentiate(*ctx, m.formula.expr, ctx->param(c));
-      roots.push_back(d ? d : ctx->number(0));
+      Expr d = differentiate(ctx, m.formula.expr, ctx.param(c));
+      roots.push_back(d ? d : ctx.number(0));
     }
     m.constantGrad = PopulationCode::from(Program::lower(roots, m.formula.constants));
-  }
+  });
   haveConstantGrads = true;
 }
 
@@ -427,16 +450,17 @@ void Population::Impl::deriveVariables() {
   std::lock_guard<std::mutex> lock(lazy);
   if (haveVariableGrads)
     return;
-  for (Member &m : members) {
+  forMembers([&](ExprContext &ctx, size_t i) {
+    Member &m = members[i];
     if (!m.valid)
-      continue;
+      return;
     std::vector<Expr> roots;
     for (size_t j = 0; j < options.variables.size(); ++j) {
-      Expr d = differentiate(*ctx, m.formula.expr, Variable(j));
-      roots.push_back(d ? d : ctx->number(0));
+      Expr d = differentiate(ctx, m.formula.expr, Variable(j));
+      roots.push_back(d ? d : ctx.number(0));
     }
     m.variableGrad = PopulationCode::from(Program::lower(roots, m.formula.constants));
-  }
+  });
   haveVariableGrads = true;
 }
 

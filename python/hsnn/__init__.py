@@ -176,6 +176,7 @@ def _restore(cls, args, state):
     return obj
 
 
+from .population import Population, PopulationError, op_codes
 from . import backends, compat, hardware  # the seed's names; hsnn.torch is imported on demand (it imports PyTorch)
 
 
@@ -216,5 +217,5 @@ def eval(formula, at, y_true=None, constants=None, derivative=False, dtype="floa
     yp, yt = np.full(1, at, dtype=dtype), np.full(1, y_true, dtype=dtype)
     return float(loss.gradient(yp, yt)[0] if derivative else loss.forward(yp, yt))
 
-__all__ = ["ActivationLayer", "Loss", "FormulaError", "parse", "diff", "eval", "builtins", "runtime_info", "runtime_flags",
+__all__ = ["ActivationLayer", "Loss", "FormulaError", "Population", "PopulationError", "op_codes", "parse", "diff", "eval", "builtins", "runtime_info", "runtime_flags",
            "update_runtime_flags", "set_warning_handler", "backends", "compat", "hardware", "__version__"]

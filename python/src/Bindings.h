@@ -82,5 +82,7 @@ void bindBackends(py::module_ &m);
 /// The module's functions: parse, diff, builtins, runtime information and
 /// flags, the kernel cache, the warning handler (Functions.cpp).
 void bindFunctions(py::module_ &m);
+/// _core._Population (Population.cpp).
+void bindPopulation(py::module_ &m);
 
 } // namespace hsnn::python

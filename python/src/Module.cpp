@@ -698,4 +698,5 @@ PYBIND11_MODULE(_core, m) {
         "for hsnn._torch: a capsule holding the C entries that run layers and losses on raw host arrays (RawRun.h)");
   python::bindFunctions(m);
   python::bindBackends(m);
+  python::bindPopulation(m);
 }
