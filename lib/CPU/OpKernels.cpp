@@ -1,7 +1,9 @@
-//===- lib/CPU/OpKernels.cpp - Every op over arrays, compiled once --------===//
+//===- lib/CPU/OpKernels.cpp - The interpreter's op kernels, built ---------===//
 #include "OpKernels.h"
 
 #include "KernelBuild.h"
+
+#include "CodeGen/KernelSpec.h"
 
 #include <deque>
 #include <fmt/format.h>
@@ -9,12 +11,13 @@
 
 namespace hsnn::detail {
 
-bool hasOpKernel(Op op) {
-  const OpInfo &info = opInfo(op);
-  return !info.isBool && info.syntax != OpSyntax::Leaf && (info.arity == 1 || info.arity == 2);
-}
-
 namespace {
+
+// Per type, as the lock that guards it.
+template <class T> std::vector<std::shared_ptr<KernelLibrary>> &libraries() {
+  static auto *kept = new std::vector<std::shared_ptr<KernelLibrary>>(); // never destroyed: code outlives exit's users
+  return *kept;
+}
 
 template <class T> constexpr DType dtypeOf = std::is_same_v<T, float> ? DType::F32 : DType::F64;
 
@@ -54,7 +57,14 @@ Program oneInstruction(Op op, Operands how, int power) {
   return p;
 }
 
-template <class T> Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
+// The table's unary entries are ActivationFn; its binary ones return the
+// same two doubles as LossFn's SumParts (a struct of two doubles either way).
+static_assert(std::is_same_v<OpKernels<float>::Unary, ActivationFn<float>>);
+static_assert(sizeof(OpKernels<float>::Parts) == sizeof(SumParts));
+
+template <class T>
+Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache, bool linkedOnly,
+                                              const CompileProgress &progress) {
   const char *suffix = dtypeOf<T> == DType::F32 ? "f32" : "f64";
   // Tapes the requests point into, kept with the kernels' process.
   static std::deque<Program> tapes;
@@ -90,16 +100,18 @@ template <class T> Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConf
       add(Op::Pow, Operands::Power, k, fmt::format("pow{}{}", k < 0 ? "m" : "", std::abs(k)));
   CompileInfo info;
   auto lib = buildKernels(requests, JITOptions{}, cache, [&] { return fmt::format("op kernels ({})", suffix); }, info,
-                          CompileProgress(), /*linkedOnly=*/false);
+                          progress, linkedOnly);
   if (!lib)
     return lib.takeError();
+  if (!*lib)
+    return std::unique_ptr<OpKernels<T>>();
   auto kernels = std::make_unique<OpKernels<T>>();
-  kernels->library = *lib;
+  libraries<T>().push_back(*lib); // loaded for the process's life
   for (size_t i = 0; i < requests.size(); ++i) {
     void *address = (*lib)->address(requests[i].symbol);
     if (!address)
       return Error(ErrorCode::Internal, fmt::format("op kernel '{}' was compiled but not found", requests[i].symbol));
-    auto activation = reinterpret_cast<ActivationFn<T>>(address);
+    auto activation = reinterpret_cast<typename OpKernels<T>::Unary>(address);
     size_t op = size_t(slots[i].op);
     switch (slots[i].how) {
     case Operands::Power:
@@ -115,34 +127,38 @@ template <class T> Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConf
       if (opInfo(slots[i].op).arity == 1)
         kernels->unary[op] = activation;
       else
-        kernels->binary[op] = reinterpret_cast<LossFn<T>>(address);
+        kernels->binary[op] = reinterpret_cast<typename OpKernels<T>::Binary>(address);
     }
   }
-  kernels->compiled = true;
   return kernels;
 }
 
 } // namespace
 
-template <class T> Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache) {
-  // Built once; a failure is kept too (it says why there is no JIT, and a
-  // second try would fail the same way).
-  static std::once_flag once;
-  static std::unique_ptr<OpKernels<T>> kernels;
+template <class T>
+Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache, bool linkedOnly,
+                                                 const CompileProgress &progress) {
+  // One build at a time; a failure is kept (it says why there is no JIT,
+  // and a second try would fail the same way).
+  static std::mutex mutex;
   static Error failure;
-  std::call_once(once, [&] {
-    auto built = build<T>(cache);
-    if (built)
-      kernels = std::move(*built);
-    else
-      failure = built.takeError();
-  });
-  if (!kernels)
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const OpKernels<T> *k = installedOpKernels<T>())
+    return k;
+  if (failure)
     return Error(failure.code(), failure.message());
-  return kernels.get();
+  auto built = build<T>(cache, linkedOnly, progress);
+  if (!built) {
+    failure = built.takeError();
+    return Error(failure.code(), failure.message());
+  }
+  if (!*built)
+    return static_cast<const OpKernels<T> *>(nullptr);
+  installOpKernels<T>(built->release()); // kept for the process, as its code
+  return installedOpKernels<T>();
 }
 
-template Expected<const OpKernels<float> *> compiledOpKernels<float>(const CacheConfig &);
-template Expected<const OpKernels<double> *> compiledOpKernels<double>(const CacheConfig &);
+template Expected<const OpKernels<float> *> compiledOpKernels<float>(const CacheConfig &, bool, const CompileProgress &);
+template Expected<const OpKernels<double> *> compiledOpKernels<double>(const CacheConfig &, bool, const CompileProgress &);
 
 } // namespace hsnn::detail

@@ -3,7 +3,9 @@
 
 #include "Program/Interpreter.h"
 
+#include <deque>
 #include <fmt/format.h>
+#include <map>
 
 namespace hsnn::detail {
 
@@ -21,16 +23,27 @@ namespace {
 
 class InterpreterEngine final : public Engine {
 public:
-  explicit InterpreterEngine(std::shared_ptr<const CompiledModel> m) : Engine(std::move(m)) {
-    for (KernelKind k : model().tapeKinds())
-      for (size_t n = 0; n < model().numNodes(); ++n)
-        nodeProgram_[size_t(k)].push_back(&model().group(n).programs[size_t(k)]);
+  // The op kernels installed now serve this engine for its life (so its
+  // results never change bits between calls); a node's code is its group's.
+  explicit InterpreterEngine(std::shared_ptr<const CompiledModel> m)
+      : Engine(std::move(m)), kernels32_(installedOpKernels<float>()), kernels64_(installedOpKernels<double>()) {
+    for (KernelKind k : model().tapeKinds()) {
+      std::map<const Program *, const BlockCode *> made;
+      for (size_t n = 0; n < model().numNodes(); ++n) {
+        const Program *p = &model().group(n).programs[size_t(k)];
+        auto [it, fresh] = made.emplace(p, nullptr);
+        if (fresh)
+          it->second = &codes_.emplace_back(BlockCode::from(*p));
+        nodeCode_[size_t(k)].push_back(it->second);
+      }
+    }
   }
 
   Method method() const override { return Method::CpuInterp; }
 
   Error runActivation(KernelKind kind, const ActivationArgs &a, const ParamSet &params) const override {
-    ActivationPlan plan{nodeProgram_[size_t(kind)], params.values.data(), model().offsets.data(), model().options.layout};
+    ActivationPlan plan{nodeCode_[size_t(kind)], params.values.data(), model().offsets.data(), model().options.layout,
+                        kernels32_, kernels64_};
     if (kind == KernelKind::ConstantGradient) {
       if (model().options.dtype == DType::F32)
         interpretConstantGradient<float>(plan, static_cast<const float *>(a.z), static_cast<const float *>(a.err),
@@ -50,26 +63,30 @@ public:
   }
 
   Expected<double> runLoss(KernelKind kind, const LossArgs &a, const ParamSet &params) const override {
-    const Program &p = *nodeProgram_[size_t(kind)][0];
+    ActivationPlan plan{{nodeCode_[size_t(kind)][0]}, params.values.data(), nullptr, Layout::NodesMajor, kernels32_,
+                        kernels64_};
     if (kind == KernelKind::LossConstantGradient) {
       auto *grads = static_cast<double *>(a.out);
       if (model().options.dtype == DType::F32)
-        interpretLossConstantGradient<float>(p, params.values.data(), static_cast<const float *>(a.yPred),
+        interpretLossConstantGradient<float>(plan, static_cast<const float *>(a.yPred),
                                              static_cast<const float *>(a.yTrue), a.scale, a.n, grads);
       else
-        interpretLossConstantGradient<double>(p, params.values.data(), static_cast<const double *>(a.yPred),
+        interpretLossConstantGradient<double>(plan, static_cast<const double *>(a.yPred),
                                               static_cast<const double *>(a.yTrue), a.scale, a.n, grads);
       return 0.0;
     }
     if (model().options.dtype == DType::F32)
-      return interpretLoss<float>(p, kind, params.values.data(), static_cast<const float *>(a.yPred),
-                                  static_cast<const float *>(a.yTrue), static_cast<float *>(a.out), float(a.scale), a.n);
-    return interpretLoss<double>(p, kind, params.values.data(), static_cast<const double *>(a.yPred),
-                                 static_cast<const double *>(a.yTrue), static_cast<double *>(a.out), a.scale, a.n);
+      return interpretLoss<float>(plan, kind, static_cast<const float *>(a.yPred), static_cast<const float *>(a.yTrue),
+                                  static_cast<float *>(a.out), float(a.scale), a.n);
+    return interpretLoss<double>(plan, kind, static_cast<const double *>(a.yPred), static_cast<const double *>(a.yTrue),
+                                 static_cast<double *>(a.out), a.scale, a.n);
   }
 
 private:
-  std::vector<const Program *> nodeProgram_[kNumKernelKinds];
+  const OpKernels<float> *kernels32_;
+  const OpKernels<double> *kernels64_;
+  std::deque<BlockCode> codes_; // deque: codes never move
+  std::vector<const BlockCode *> nodeCode_[kNumKernelKinds];
 };
 
 } // namespace

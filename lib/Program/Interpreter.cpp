@@ -14,65 +14,59 @@ namespace hsnn::detail {
 
 namespace {
 template <class T> struct Scratch {
-  std::vector<T> slots;
-  std::vector<const T *> ptrs;
-  std::vector<const T *> operands;
+  std::vector<T> buffers;
+  std::vector<double> scalars;
 };
 template <class T> Scratch<T> &scratch() {
   thread_local Scratch<T> s;
   return s;
 }
+
+// Runs `c` over n <= kBlock elements; outs[k] receives output k.
+template <class T>
+void runCodeBlock(const BlockCode &c, const OpKernels<T> *kernels, const T *const vars[3], const double *params,
+                  T *const *outs, size_t n) {
+  Scratch<T> &s = scratch<T>();
+  // One more buffer per output: an output that is an input itself (f' =
+  // num) is copied out of the input first, since another output may be
+  // written over that input (in place).
+  size_t need = (c.bufferCount() + c.outputs.size()) * kBlock;
+  if (s.buffers.size() < need)
+    s.buffers.resize(need);
+  s.scalars.resize(c.scalars.size());
+  scalarValues(c, params, s.scalars.data());
+  runCode<T>(c, kernels, vars, s.scalars.data(), s.buffers.data(), n);
+  std::vector<const T *> from(c.outputs.size());
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    from[k] = valuePointer<T>(c.outputs[k], vars, s.buffers.data());
+    if (c.outputs[k].kind == ValueRef::Variable) {
+      T *copy = s.buffers.data() + (c.bufferCount() + k) * kBlock;
+      std::memcpy(copy, from[k], n * sizeof(T));
+      from[k] = copy;
+    }
+  }
+  for (size_t k = 0; k < c.outputs.size(); ++k)
+    std::memmove(outs[k], from[k], n * sizeof(T));
+}
 } // namespace
 
 template <class T> void runBlock(const Program &p, const T *const vars[3], const double *params, T *const *outs, size_t n) {
-  Scratch<T> &s = scratch<T>();
-  size_t slots = p.code.size();
-  if (s.slots.size() < slots * kBlock)
-    s.slots.resize(slots * kBlock);
-  s.ptrs.resize(slots);
-  for (size_t i = 0; i < slots; ++i) {
-    const Instr &in = p.code[i];
-    T *dst = s.slots.data() + i * kBlock;
-    switch (in.op) {
-    case Op::Var:
-      s.ptrs[i] = vars[size_t(in.var)];
-      continue;
-    case Op::Number:
-      std::fill_n(dst, n, T(in.number));
-      break;
-    case Op::Param:
-      std::fill_n(dst, n, T(params[in.param]));
-      break;
-    default: {
-      auto ops = p.operands(in);
-      s.operands.resize(ops.size());
-      for (size_t k = 0; k < ops.size(); ++k)
-        s.operands[k] = s.ptrs[ops[k]];
-      blockEval<T>(in.op)(dst, s.operands.data(), unsigned(ops.size()), n);
-    }
-    }
-    s.ptrs[i] = dst;
-  }
-  // An output that is an input itself (f' = num) is copied out of the input
-  // first: another output may be written over that input (in place).
-  for (uint32_t o : p.outputs)
-    if (p.code[o].op == Op::Var && s.ptrs[o] != s.slots.data() + o * kBlock) {
-      std::memmove(s.slots.data() + o * kBlock, s.ptrs[o], n * sizeof(T));
-      s.ptrs[o] = s.slots.data() + o * kBlock;
-    }
-  for (size_t k = 0; k < p.outputs.size(); ++k)
-    std::memmove(outs[k], s.ptrs[p.outputs[k]], n * sizeof(T));
+  runCodeBlock<T>(BlockCode::from(p), nullptr, vars, params, outs, n);
 }
 
 template <class T>
 void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z, const T *err, T *out0, T *out1,
                          size_t batch) {
-  launchActivation<T>(plan.layout, plan.nodeProgram.size(), batch, z, err, out0, out1, kBlock,
+  launchActivation<T>(plan.layout, plan.nodeCode.size(), batch, z, err, out0, out1, kBlock,
                       [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
-                        const T *vars[3] = {zIn, nullptr, nullptr};
                         if (kind != KernelKind::Backward) {
-                          T *outs[2] = {o0, o1};
-                          runBlock<T>(*plan.nodeProgram[n], vars, plan.params + plan.offsets[n], outs, len);
+                          for (size_t i0 = 0; i0 < len; i0 += kBlock) {
+                            size_t m = std::min(kBlock, len - i0);
+                            const T *v[3] = {zIn + i0, nullptr, nullptr};
+                            T *outs[2] = {o0 + i0, o1 ? o1 + i0 : nullptr};
+                            runCodeBlock<T>(*plan.nodeCode[n], plan.kernels<T>(), v, plan.params + plan.offsets[n],
+                                            outs, m);
+                          }
                           return;
                         }
                         // f' goes to a buffer first: delta may be err itself (in place).
@@ -81,7 +75,8 @@ void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z
                           size_t m = std::min(kBlock, len - i0);
                           const T *v[3] = {zIn + i0, nullptr, nullptr};
                           T *outs[1] = {dfdz};
-                          runBlock<T>(*plan.nodeProgram[n], v, plan.params + plan.offsets[n], outs, m);
+                          runCodeBlock<T>(*plan.nodeCode[n], plan.kernels<T>(), v, plan.params + plan.offsets[n],
+                                          outs, m);
                           for (size_t i = 0; i < m; ++i)
                             o0[i0 + i] = errIn[i0 + i] * dfdz[i];
                         }
@@ -89,15 +84,15 @@ void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z
 }
 
 template <class T>
-double interpretLoss(const Program &p, KernelKind kind, const double *params, const T *yPred, const T *yTrue, T *out,
-                     T scale, size_t n) {
+double interpretLoss(const ActivationPlan &plan, KernelKind kind, const T *yPred, const T *yTrue, T *out, T scale,
+                     size_t n) {
   return launchLoss(n, kBlock, [&](size_t i0, size_t len) -> SumParts {
     const T *vars[3] = {nullptr, yPred + i0, yTrue + i0};
     T buf[2][kBlock];
     T *outs[2] = {buf[0], buf[1]};
     if (kind == KernelKind::LossElements)
       outs[0] = out + i0;
-    runBlock<T>(p, vars, params, outs, len);
+    runCodeBlock<T>(*plan.nodeCode[0], plan.kernels<T>(), vars, plan.params, outs, len);
     // Compensated (Neumaier) like the compiled kernels, so f64 sums stay
     // within a few ulp of the exact sum whatever their length.
     CompensatedSum sum;
@@ -115,12 +110,12 @@ double interpretLoss(const Program &p, KernelKind kind, const double *params, co
 
 template <class T>
 void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *err, double *grads, size_t batch) {
-  size_t nodes = plan.nodeProgram.size();
+  size_t nodes = plan.nodeCode.size();
   // One task per node: each sum runs over its elements in order, so the
   // result does not depend on the thread count.
   forBlocks(nodes, batch, [&](size_t n) {
-    const Program &p = *plan.nodeProgram[n];
-    size_t k = p.outputs.size();
+    const BlockCode &c = *plan.nodeCode[n];
+    size_t k = c.outputs.size();
     if (k == 0)
       return;
     std::vector<CompensatedSum> sums(k);
@@ -136,7 +131,7 @@ void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *
         eb[i] = err[at];
       }
       const T *vars[3] = {zb.data(), nullptr, nullptr};
-      runBlock<T>(p, vars, plan.params + plan.offsets[n], outs.data(), len);
+      runCodeBlock<T>(c, plan.kernels<T>(), vars, plan.params + plan.offsets[n], outs.data(), len);
       for (size_t j = 0; j < k; ++j)
         for (size_t i = 0; i < len; ++i)
           sums[j].add(double(eb[i]) * double(outs[j][i]));
@@ -147,9 +142,10 @@ void interpretConstantGradient(const ActivationPlan &plan, const T *z, const T *
 }
 
 template <class T>
-void interpretLossConstantGradient(const Program &p, const double *params, const T *yPred, const T *yTrue,
-                                   double scale, size_t n, double *grads) {
-  size_t k = p.outputs.size();
+void interpretLossConstantGradient(const ActivationPlan &plan, const T *yPred, const T *yTrue, double scale, size_t n,
+                                   double *grads) {
+  const BlockCode &c = *plan.nodeCode[0];
+  size_t k = c.outputs.size();
   std::vector<CompensatedSum> sums(k);
   std::vector<T> out(k * kBlock);
   std::vector<T *> outs(k);
@@ -158,7 +154,7 @@ void interpretLossConstantGradient(const Program &p, const double *params, const
   for (size_t i0 = 0; i0 < n; i0 += kBlock) {
     size_t len = std::min(kBlock, n - i0);
     const T *vars[3] = {nullptr, yPred + i0, yTrue + i0};
-    runBlock<T>(p, vars, params, outs.data(), len);
+    runCodeBlock<T>(c, plan.kernels<T>(), vars, plan.params, outs.data(), len);
     for (size_t j = 0; j < k; ++j)
       for (size_t i = 0; i < len; ++i)
         sums[j].add(double(outs[j][i]));
@@ -170,10 +166,10 @@ void interpretLossConstantGradient(const Program &p, const double *params, const
 #define INSTANTIATE(T)                                                                                       \
   template void runBlock<T>(const Program &, const T *const[3], const double *, T *const *, size_t);          \
   template void interpretActivation<T>(const ActivationPlan &, KernelKind, const T *, const T *, T *, T *, size_t); \
-  template double interpretLoss<T>(const Program &, KernelKind, const double *, const T *, const T *, T *, T, size_t); \
+  template double interpretLoss<T>(const ActivationPlan &, KernelKind, const T *, const T *, T *, T, size_t);       \
   template void interpretConstantGradient<T>(const ActivationPlan &, const T *, const T *, double *, size_t);        \
-  template void interpretLossConstantGradient<T>(const Program &, const double *, const T *, const T *, double,       \
-                                                 size_t, double *);
+  template void interpretLossConstantGradient<T>(const ActivationPlan &, const T *, const T *, double, size_t,        \
+                                                 double *);
 INSTANTIATE(float)
 INSTANTIATE(double)
 #undef INSTANTIATE

@@ -3,6 +3,7 @@
 
 #include "BackgroundCompile.h"
 #include "CPU/HostJitEngine.h"
+#include "CPU/OpKernels.h"
 #include "CodeGen/MathCalls.h"
 #include "CUDA/GpuEngine.h"
 #include "Warn.h"
@@ -100,6 +101,17 @@ Error checkBuffers(std::span<const BufferArg> args, const std::string &where, DT
 std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("cuda:{}", e.gpuId()) : "cpu"; }
 
 } // namespace
+
+void prepareOpKernels(DType dtype) {
+  if (!HostJIT::available())
+    return;
+  // A failure (no code generator module) is kept by compiledOpKernels: the
+  // op table's evaluation runs then, as in a build without the JIT.
+  if (dtype == DType::F32)
+    (void)compiledOpKernels<float>(cacheConfig(), /*linkedOnly=*/false);
+  else
+    (void)compiledOpKernels<double>(cacheConfig(), /*linkedOnly=*/false);
+}
 
 CacheConfig cacheConfig() {
   RuntimeFlags flags = runtimeFlags();
@@ -235,8 +247,10 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
       });
   if (!used)
     return used.takeError();
-  if (*used == Method::CpuInterp)
+  if (*used == Method::CpuInterp) {
+    prepareOpKernels(model->options.dtype);
     engine = makeInterpreterEngine(model);
+  }
   info.method = *used;
   auto params = engine->makeParams(model->defaultParams);
   if (!params)
@@ -303,6 +317,7 @@ Error LayerState::startTiered(std::shared_ptr<const CompiledModel> model, const 
     pending->start(pending);
   pending_ = std::move(pending);
   info_.method = Method::CpuInterp;
+  prepareOpKernels(model->options.dtype);
   auto engine = makeInterpreterEngine(model);
   auto params = engine->makeParams(model->defaultParams);
   if (!params)

@@ -11,10 +11,10 @@
 #include "hsnn/Population.h"
 
 #include "LayerState.h"
-#include "PopulationCode.h"
 #include "Warn.h"
 
 #include "CPU/OpKernels.h"
+#include "Program/BlockCode.h"
 #include "Expr/Names.h"
 #include "Program/Launch.h"
 
@@ -34,21 +34,21 @@ namespace {
 // Rows one tile runs: enough that filling the numbers and the task's
 // scheduling are amortized, few enough that 1000 formulas over 10^5 rows
 // still give every thread many tiles.
-constexpr size_t kTileRows = 16 * kPopulationBlock;
+constexpr size_t kTileRows = 16 * kBlock;
 
 struct Member {
   bool valid = false;
   std::optional<Diagnostic> error;
   Formula formula;
   std::vector<double> constants; ///< Initial values, in formula.constants' order.
-  PopulationCode value;          ///< Outputs: the formula.
-  PopulationCode constantGrad;   ///< Outputs: the formula, then d/dc for each constant (lazy).
-  PopulationCode variableGrad;   ///< Outputs: d/dx for each variable (lazy).
+  BlockCode value;          ///< Outputs: the formula.
+  BlockCode constantGrad;   ///< Outputs: the formula, then d/dc for each constant (lazy).
+  BlockCode variableGrad;   ///< Outputs: d/dx for each variable (lazy).
 };
 
 // A loss's bytecode: outputs the loss, then its derivative in y_pred.
 struct LossCode {
-  PopulationCode code;
+  BlockCode code;
   std::vector<double> params;
 };
 
@@ -136,7 +136,7 @@ void Population::Impl::bind(size_t i, const std::map<std::string, double> &given
   if (auto *d = std::get_if<Diagnostic>(&bound))
     return fail(i, std::move(*d));
   m.constants = std::move(std::get<std::vector<double>>(bound));
-  m.value = PopulationCode::from(Program::lower(std::span<const Expr>(&m.formula.expr, 1), m.formula.constants));
+  m.value = BlockCode::from(Program::lower(std::span<const Expr>(&m.formula.expr, 1), m.formula.constants));
   m.valid = true;
 }
 
@@ -441,7 +441,7 @@ void Population::Impl::deriveConstants() {
       Expr d = differentiate(ctx, m.formula.expr, ctx.param(c));
       roots.push_back(d ? d : ctx.number(0));
     }
-    m.constantGrad = PopulationCode::from(Program::lower(roots, m.formula.constants));
+    m.constantGrad = BlockCode::from(Program::lower(roots, m.formula.constants));
   });
   haveConstantGrads = true;
 }
@@ -459,7 +459,7 @@ void Population::Impl::deriveVariables() {
       Expr d = differentiate(ctx, m.formula.expr, Variable(j));
       roots.push_back(d ? d : ctx.number(0));
     }
-    m.variableGrad = PopulationCode::from(Program::lower(roots, m.formula.constants));
+    m.variableGrad = BlockCode::from(Program::lower(roots, m.formula.constants));
   });
   haveVariableGrads = true;
 }
@@ -481,7 +481,7 @@ Expected<std::shared_ptr<const LossCode>> Population::Impl::loss(const Populatio
   if (!roots[1])
     roots[1] = ctx->number(0);
   auto code = std::make_shared<LossCode>();
-  code->code = PopulationCode::from(Program::lower(roots, parsed->constants));
+  code->code = BlockCode::from(Program::lower(roots, parsed->constants));
   code->params = std::get<std::vector<double>>(bound);
   losses.emplace(key, code);
   return std::shared_ptr<const LossCode>(code);
@@ -493,7 +493,7 @@ namespace {
 
 template <class T> const OpKernels<T> *opKernels() {
   static const OpKernels<T> *kernels = [] {
-    auto k = compiledOpKernels<T>(cacheConfig());
+    auto k = compiledOpKernels<T>(cacheConfig(), /*linkedOnly=*/false);
     if (!k) {
       warn(fmt::format("population: the op kernels could not be compiled ({}); the op table's evaluation runs "
                        "instead (values within the numerics guide's bounds, not the compiled layers' bits)",
@@ -589,7 +589,7 @@ template <class T> Error checkTarget(const PopulationData<T> &d) {
 // are tiles [i * perMember, (i + 1) * perMember).
 template <class T, class Body>
 void forTiles(const std::vector<Member> &members, const std::vector<size_t> &offsets, const double *constants,
-              const Columns<T> &cols, size_t rows, const PopulationCode Member::*code, Body &&body) {
+              const Columns<T> &cols, size_t rows, const BlockCode Member::*code, Body &&body) {
   size_t perMember = std::max<size_t>(1, (rows + kTileRows - 1) / kTileRows);
   size_t variables = cols.column.size();
   forBlocks(members.size() * perMember, std::min(rows, kTileRows) * 8, [&](size_t t) {
@@ -597,18 +597,18 @@ void forTiles(const std::vector<Member> &members, const std::vector<size_t> &off
     const Member &m = members[i];
     if (!m.valid)
       return;
-    const PopulationCode &c = m.*code;
+    const BlockCode &c = m.*code;
     thread_local std::vector<T> buffers;
     thread_local std::vector<const T *> at;
     thread_local std::vector<double> scalars;
-    if (buffers.size() < c.bufferCount() * kPopulationBlock)
-      buffers.resize(c.bufferCount() * kPopulationBlock);
+    if (buffers.size() < c.bufferCount() * kBlock)
+      buffers.resize(c.bufferCount() * kBlock);
     at.resize(variables);
     scalars.resize(c.scalars.size());
     scalarValues(c, constants + offsets[i], scalars.data());
     size_t end = std::min(rows, (tile + 1) * kTileRows);
-    for (size_t r0 = tile * kTileRows; r0 < end; r0 += kPopulationBlock) {
-      size_t n = std::min(kPopulationBlock, end - r0);
+    for (size_t r0 = tile * kTileRows; r0 < end; r0 += kBlock) {
+      size_t n = std::min(kBlock, end - r0);
       for (size_t j = 0; j < variables; ++j)
         at[j] = cols.column[j] + r0;
       body(i, tile, r0, n, c, at.data(), scalars.data(), buffers.data());
@@ -634,9 +634,9 @@ template <class T> static Error evaluateImpl(const Population::Impl &impl, const
     if (!impl.members[i].valid)
       std::fill_n(out.data() + i * d.rows, d.rows, std::numeric_limits<T>::quiet_NaN());
   forTiles<T>(impl.members, impl.offsets, constants.data(), *cols, d.rows, &Member::value,
-              [&](size_t i, size_t, size_t r0, size_t len, const PopulationCode &c, const T *const *at,
+              [&](size_t i, size_t, size_t r0, size_t len, const BlockCode &c, const T *const *at,
                   const double *sc, T *buf) {
-                runSteps<T>(c, k, at, sc, buf, len);
+                runCode<T>(c, k, at, sc, buf, len);
                 const T *v = valuePointer<T>(c.outputs[0], at, buf);
                 std::copy_n(v, len, out.data() + i * d.rows + r0);
               });
@@ -676,14 +676,14 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
   const T *w = d.weights.empty() ? nullptr : d.weights.data();
   forTiles<T>(
       impl.members, impl.offsets, constants.data(), *cols, d.rows, gradients ? &Member::constantGrad : &Member::value,
-      [&](size_t i, size_t tile, size_t r0, size_t len, const PopulationCode &c, const T *const *at, const double *sc,
+      [&](size_t i, size_t tile, size_t r0, size_t len, const BlockCode &c, const T *const *at, const double *sc,
           T *buf) {
-        runSteps<T>(c, k, at, sc, buf, len);
+        runCode<T>(c, k, at, sc, buf, len);
         thread_local std::vector<T> lossBuffers;
-        if (lossBuffers.size() < loss.code.bufferCount() * kPopulationBlock)
-          lossBuffers.resize(loss.code.bufferCount() * kPopulationBlock);
+        if (lossBuffers.size() < loss.code.bufferCount() * kBlock)
+          lossBuffers.resize(loss.code.bufferCount() * kBlock);
         const T *lossColumns[3] = {nullptr, valuePointer<T>(c.outputs[0], at, buf), d.y.data() + r0};
-        runSteps<T>(loss.code, k, lossColumns, lossScalars.data(), lossBuffers.data(), len);
+        runCode<T>(loss.code, k, lossColumns, lossScalars.data(), lossBuffers.data(), len);
         const T *l = valuePointer<T>(loss.code.outputs[0], lossColumns, lossBuffers.data());
         SumParts *parts = partial.data() + (i * perMember + tile) * width;
         addBlock(parts[0], l, static_cast<const T *>(nullptr), w ? w + r0 : nullptr, len);
@@ -745,9 +745,9 @@ static Error variableGradImpl(Population::Impl &impl, const std::vector<double> 
     if (!impl.members[i].valid)
       std::fill_n(out.data() + i * v * d.rows, v * d.rows, std::numeric_limits<T>::quiet_NaN());
   forTiles<T>(impl.members, impl.offsets, constants.data(), *cols, d.rows, &Member::variableGrad,
-              [&](size_t i, size_t, size_t r0, size_t len, const PopulationCode &c, const T *const *at,
+              [&](size_t i, size_t, size_t r0, size_t len, const BlockCode &c, const T *const *at,
                   const double *sc, T *buf) {
-                runSteps<T>(c, k, at, sc, buf, len);
+                runCode<T>(c, k, at, sc, buf, len);
                 for (size_t j = 0; j < v; ++j)
                   std::copy_n(valuePointer<T>(c.outputs[j], at, buf), len, out.data() + (i * v + j) * d.rows + r0);
               });

@@ -79,7 +79,7 @@ TEST_CASE("a population's values have the bits of cpu_jit layers: every op and b
   sameBitsAsCompiledLayers<double>();
 }
 
-TEST_CASE("population fitness is the loss of its values; weights and sums; X in either layout") {
+TEST_CASE("population fitness is the loss of its values, with weights and sums, X in either layout") {
   std::vector<std::string> f = {"x0*x1 + sin(x2)", "exp(x0) - x1**2", "log(x2)", "x0 + c"};
   std::vector<PopulationMember> m;
   for (auto &s : f)
@@ -122,7 +122,7 @@ TEST_CASE("population fitness is the loss of its values; weights and sums; X in 
   }
 }
 
-TEST_CASE("population constant gradients agree with finite differences; variable gradients too") {
+TEST_CASE("population constant and variable gradients agree with finite differences") {
   std::vector<PopulationMember> m = {{"a*sin(b*x) + c", {{"a", 1.5}, {"b", 0.7}, {"c", -0.2}}},
                                      {"exp(-a*x*x)", {{"a", 0.3}}},
                                      {"2.5*x + 0.5", {}},
@@ -166,5 +166,58 @@ TEST_CASE("population constant gradients agree with finite differences; variable
   for (size_t r = 0; r < rows; ++r) {
     CHECK(g[0 * rows + r] == doctest::Approx(1.5 * 0.7 * std::cos(0.7 * x[r])));
     CHECK(g[3 * rows + r] == 1.0);
+  }
+}
+
+TEST_CASE("with the op kernels installed, cpu_interp layers and losses give cpu_jit's bits") {
+  REQUIRE_JIT();
+  // A population builds and installs the op kernels; interpreter engines
+  // made after it run on them.
+  auto pop = Population::create(std::vector<std::string>{"sin(x)"}, {.variables = {"x"}});
+  REQUIRE_OK_EXPECTED(pop);
+  std::vector<float> x(8, 0.5f), v(8);
+  REQUIRE_OK(pop->evaluate(PopulationData<float>{.x = x, .rows = 8}, v));
+  std::vector<std::string> formulas = activationFormulas({"alpha*sin(num) + beta*num**3"});
+  std::vector<NodeSpec> nodes;
+  for (const std::string &f : formulas)
+    nodes.push_back({f, f.find("alpha") != std::string::npos ? std::map<std::string, double>{{"alpha", 1.25}, {"beta", 0.5}}
+                                                              : std::map<std::string, double>{}});
+  auto interp = ActivationLayer::compile(nodes, {.method = Method::CpuInterp});
+  auto jit = ActivationLayer::compile(nodes, {.method = Method::CpuJit});
+  REQUIRE_OK_EXPECTED(interp);
+  REQUIRE_OK_EXPECTED(jit);
+  const size_t batch = 700;
+  std::vector<float> z(nodes.size() * batch), err(z.size());
+  std::vector<float> probe = probeValues<float>(batch);
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (size_t b = 0; b < batch; ++b) {
+      z[n * batch + b] = probe[b];
+      err[n * batch + b] = 0.5f + float(b % 7);
+    }
+  std::vector<float> a1(z.size()), a2(z.size()), d1(z.size()), d2(z.size());
+  REQUIRE_OK(interp->fused(z, a1, d1, batch));
+  REQUIRE_OK(jit->fused(z, a2, d2, batch));
+  size_t differing = 0;
+  for (size_t k = 0; k < z.size(); ++k)
+    differing += !sameBits(a1[k], a2[k]) + !sameBits(d1[k], d2[k]);
+  CHECK(differing == 0);
+  REQUIRE_OK(interp->backward(z, err, d1, batch));
+  REQUIRE_OK(jit->backward(z, err, d2, batch));
+  for (size_t k = 0; k < z.size(); ++k)
+    differing += !sameBits(d1[k], d2[k]);
+  CHECK(differing == 0);
+  for (const char *l : {"mse", "bce", "huber", "log(cosh(y_pred - y_true))"}) {
+    CAPTURE(l);
+    auto li = Loss::compile(l, {}, {.method = Method::CpuInterp});
+    auto lj = Loss::compile(l, {}, {.method = Method::CpuJit});
+    REQUIRE_OK_EXPECTED(li);
+    REQUIRE_OK_EXPECTED(lj);
+    std::vector<double> yp = randoms(batch, 5, 0.01, 0.99), yt = randoms(batch, 6, 0, 1);
+    std::vector<float> p(yp.begin(), yp.end()), t(yt.begin(), yt.end()), g1(batch), g2(batch);
+    auto f1 = li->fused(p, t, g1), f2 = lj->fused(p, t, g2);
+    REQUIRE_OK_EXPECTED(f1);
+    REQUIRE_OK_EXPECTED(f2);
+    for (size_t k = 0; k < batch; ++k)
+      CHECK(sameBits(g1[k], g2[k]));
   }
 }

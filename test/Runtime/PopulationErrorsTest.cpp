@@ -14,7 +14,7 @@
 using namespace hsnn;
 using namespace hsnn::test;
 
-TEST_CASE("bad population members are reported with index, caret and cause; the rest are scored") {
+TEST_CASE("bad population members are reported with index, caret and cause, and the rest are scored") {
   std::vector<std::string> f = {"x0 + x1", "sin(x0", "x0 * x3", "tanhh(x1)", "gelu", "x1 / 0", "log(x0)"};
   auto pop = Population::create(f, {.variables = {"x0", "x1"}, .dtype = DType::F64});
   REQUIRE_OK_EXPECTED(pop);

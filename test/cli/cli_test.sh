@@ -30,7 +30,11 @@ expect diff-gauss 0 '-x*exp(-x**2/2)' -- diff 'exp(-x**2/2)'
 expect diff-trig 0 '0' -- diff 'sin(x)**2 + cos(x)**2'
 expect diff-relu 0 'Piecewise((0, 0 >= num), (1, True))' -- diff relu
 expect diff-loss 0 '2*(y_pred - y_true)' -- diff mse
-expect eval-gelu 0 '0.84134474606854304' -- eval gelu --at 1
+# The interpreter runs the JIT's op kernels (hsnn's math library) where the
+# build has the JIT, the op table's libm calls elsewhere: erfc's last bit differs.
+GELU1=0.84134474606854304
+if "$J" info --json | grep -q '"cpu_jit_enabled": true'; then GELU1=0.84134474606854293; fi
+expect eval-gelu 0 "$GELU1" -- eval gelu --at 1
 expect eval-softplus 0 '100' -- eval softplus --at 100
 expect eval-sigmoid 0 '0' -- eval sigmoid --at -1000
 expect eval-const 0 '1.682941969615793' -- eval 'sin(x)*alpha' --at 1 --const alpha=2
@@ -60,17 +64,17 @@ expect eval-order3-json 0 '{"value": -1.0806046117362795, "dtype": "f64", "deriv
 expect eval-order2-loss 0 '1' -- eval huber --at 0.3 --y-true 0 --order 2
 expect eval-order0 0 '0.46211715726000974' -- eval tanh --at 0.5 --order 0
 expect eval-order-clash 2 $'hsnn-jit eval: error: --derivative and --order disagree\nTry \'hsnn-jit eval --help\'.' -- eval tanh --at 1 --derivative --order 2
-expect eval-json 0 '{"value": 0.84134474606854304, "dtype": "f64", "derivative": false, "order": 0}' -- eval gelu --at 1 --json
+expect eval-json 0 "{\"value\": $GELU1, \"dtype\": \"f64\", \"derivative\": false, \"order\": 0}" -- eval gelu --at 1 --json
 expect cache-bad-action 2 $'hsnn-jit cache: error: unknown action \'frob\'\nTry \'hsnn-jit cache --help\'.' -- cache frob
 expect cache-no-action 2 $'hsnn-jit cache: error: expected list, stats or clear\nTry \'hsnn-jit cache --help\'.' -- cache
-expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile, latency or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
+expect bench-bad-workload 2 $'hsnn-jit bench: error: --workload takes W1, W2, W3, W4, math, compile, population, latency or all\nTry \'hsnn-jit bench --help\'.' -- bench --workload W9
 expect bench-bad-device 2 $'hsnn-jit bench: error: --device takes cpu, cuda or cuda:N\nTry \'hsnn-jit bench --help\'.' -- bench --device gpu0
 expect bench-latency-cpu 2 $'hsnn-jit bench: error: the latency workload times GPU calls: give --device cuda[:N]\nTry \'hsnn-jit bench --help\'.' -- bench --workload latency
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-no-gpu 1 "hsnn-jit bench: error: backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)" -- bench --device cuda:1 --workload W4
 expect bench-reps-huge 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'1e12\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 1e12
 expect bench-reps-junk 2 $'hsnn-jit bench: error: --reps takes a whole number from 1 to 10000, got \'5x\'\nTry \'hsnn-jit bench --help\'.' -- bench --reps 5x
 expect bench-method 2 $'hsnn-jit bench: error: --method takes auto, cpu_jit, cpu_interp or cuda (or the seed\'s CPU_JIT, CPU_PYTHON, GPU_CUDA)\nTry \'hsnn-jit bench --help\'.' -- bench --method jitt
-expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, math, compile, latency or all", "exit_code": 2}}' -- bench --workload W9 --json
+expect bench-json-usage 2 '{"error": {"command": "bench", "message": "--workload takes W1, W2, W3, W4, math, compile, population, latency or all", "exit_code": 2}}' -- bench --workload W9 --json
 HSNN_CUDA_LIBRARY=/nonexistent expect bench-json-error 1 "{\"error\": {\"command\": \"bench\", \"message\": \"backend 'cuda:1' is unavailable: no CUDA driver: cannot load /nonexistent (/nonexistent: cannot open shared object file: No such file or directory)\", \"exit_code\": 1}}" -- bench --device cuda:1 --workload W4 --json
 expect cache-json-usage 2 "{\"error\": {\"command\": \"cache\", \"message\": \"unknown action 'frob'\", \"exit_code\": 2}}" -- cache frob --json
 long=$(printf "x+%.0s" $(seq 200))tanhh\(x\)$(printf "+x%.0s" $(seq 200))

@@ -1,15 +1,16 @@
-//===- lib/Runtime/PopulationCode.cpp - A formula's bytecode over blocks --===//
-#include "PopulationCode.h"
+//===- lib/Program/BlockCode.cpp - A tape's steps over blocks of elements ===//
+#include "BlockCode.h"
 
 #include "Expr/OpTable.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace hsnn::detail {
 
-PopulationCode PopulationCode::from(const Program &p) {
-  PopulationCode c;
+BlockCode BlockCode::from(const Program &p) {
+  BlockCode c;
   size_t n = p.code.size();
   // The last instruction that reads each value; outputs live to the end.
   std::vector<size_t> lastUse(n, 0);
@@ -77,16 +78,16 @@ PopulationCode PopulationCode::from(const Program &p) {
   return c;
 }
 
-void scalarValues(const PopulationCode &c, const double *params, double *out) {
+void scalarValues(const BlockCode &c, const double *params, double *out) {
   for (size_t k = 0; k < c.scalars.size(); ++k)
     out[k] = c.scalars[k].isParam ? params[c.scalars[k].param] : c.scalars[k].number;
 }
 
 template <class T>
-void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
+void runCode(const BlockCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
               T *buffers, size_t n) {
-  for (const PopulationCode::Step &s : c.steps) {
-    T *dst = buffers + size_t(s.dst) * kPopulationBlock;
+  for (const BlockCode::Step &s : c.steps) {
+    T *dst = buffers + size_t(s.dst) * kBlock;
     const ValueRef *refs = c.args.data() + s.argBegin;
     auto array = [&](unsigned k) { return valuePointer<T>(refs[k], columns, buffers); };
     if (s.op == Op::Number) {
@@ -112,17 +113,17 @@ void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *con
         continue;
       }
       if (s.numArgs == 1 && !scalar0) {
-        if (ActivationFn<T> f = kernels->unary[size_t(s.op)]) {
+        if (auto f = kernels->unary[size_t(s.op)]) {
           f(array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
           continue;
         }
       } else if (s.numArgs == 2 && !(scalar0 && scalar1)) {
         if (!scalar0 && !scalar1) {
-          if (LossFn<T> f = kernels->binary[size_t(s.op)]) {
+          if (auto f = kernels->binary[size_t(s.op)]) {
             f(array(0), array(1), dst, nullptr, int64_t(n), T(1));
             continue;
           }
-        } else if (ActivationFn<T> f = (scalar1 ? kernels->vectorScalar : kernels->scalarVector)[size_t(s.op)]) {
+        } else if (auto f = (scalar1 ? kernels->vectorScalar : kernels->scalarVector)[size_t(s.op)]) {
           const double *k = &scalars[refs[scalar1 ? 1 : 0].index];
           f(array(scalar1 ? 0 : 1), nullptr, dst, nullptr, k, int64_t(n));
           continue;
@@ -139,12 +140,12 @@ void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *con
       many.resize(s.numArgs);
       ptrs = many.data();
     }
-    T *spread = buffers + size_t(c.buffers) * kPopulationBlock;
+    T *spread = buffers + size_t(c.buffers) * kBlock;
     for (unsigned j = 0; j < s.numArgs; ++j) {
       if (refs[j].kind == ValueRef::Scalar) {
         std::fill_n(spread, n, T(scalars[refs[j].index]));
         ptrs[j] = spread;
-        spread += kPopulationBlock;
+        spread += kBlock;
       } else {
         ptrs[j] = array(j);
       }
@@ -153,9 +154,23 @@ void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *con
   }
 }
 
-template void runSteps<float>(const PopulationCode &, const OpKernels<float> *, const float *const *, const double *,
+namespace {
+template <class T> std::atomic<const OpKernels<T> *> installed{nullptr};
+} // namespace
+
+template <class T> const OpKernels<T> *installedOpKernels() { return installed<T>.load(std::memory_order_acquire); }
+template <class T> void installOpKernels(const OpKernels<T> *kernels) {
+  const OpKernels<T> *none = nullptr;
+  installed<T>.compare_exchange_strong(none, kernels, std::memory_order_acq_rel);
+}
+template const OpKernels<float> *installedOpKernels<float>();
+template const OpKernels<double> *installedOpKernels<double>();
+template void installOpKernels<float>(const OpKernels<float> *);
+template void installOpKernels<double>(const OpKernels<double> *);
+
+template void runCode<float>(const BlockCode &, const OpKernels<float> *, const float *const *, const double *,
                               float *, size_t);
-template void runSteps<double>(const PopulationCode &, const OpKernels<double> *, const double *const *,
-                               const double *, double *, size_t);
+template void runCode<double>(const BlockCode &, const OpKernels<double> *, const double *const *, const double *,
+                             double *, size_t);
 
 } // namespace hsnn::detail

@@ -1,18 +1,19 @@
-//===- lib/Runtime/PopulationCode.h - A formula's bytecode over blocks -*- C++ -*-===//
+//===- lib/Program/BlockCode.h - A tape's steps over blocks of elements -*- C++ -*-===//
 //
-// A tape (Program.h) made ready for the population interpreter: each
-// instruction a step over a block of rows, its result in one of a few
+// A tape (Program.h) made ready for the interpreter (layers' cpu_interp, and
+// populations: Runtime/Population.cpp): each instruction a step over a block
+// of elements, its result in one of a few
 // buffers reused once the value is dead (a formula of 64 nodes needs ~8, so a
 // tile's working set stays in L1), variables read in place from the data's
 // columns, numbers and constants passed to the op kernels as scalars (no
 // buffer to fill: random formulas are a third numbers). Steps call the op
-// kernels (CPU/OpKernels.h): the compiled layers' code, one op at a time.
+// kernels (OpKernels.h): the compiled layers' code, one op at a time.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "CPU/OpKernels.h"
-#include "Program/Program.h"
+#include "OpKernels.h"
+#include "Program.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -20,8 +21,8 @@
 
 namespace hsnn::detail {
 
-/// Rows a step runs at once: a buffer of floats is 2 KiB.
-inline constexpr size_t kPopulationBlock = 512;
+/// Elements a step runs at once: a buffer of floats is 2 KiB.
+inline constexpr size_t kBlock = 512;
 
 /// Where an operand is: a variable's column, a buffer, or a scalar (a
 /// number or constant, the same for every row).
@@ -31,7 +32,7 @@ struct ValueRef {
   Kind kind = Buffer;
 };
 
-struct PopulationCode {
+struct BlockCode {
   struct Step {
     Op op;
     /// Pow by an integer exponent: the exponent (|k| <= kMaxKernelPower:
@@ -56,24 +57,24 @@ struct PopulationCode {
   uint32_t buffers = 0, spread = 0;
 
   /// The tape's steps, buffers assigned by liveness.
-  static PopulationCode from(const Program &p);
-  /// Buffers a run needs, each kPopulationBlock long.
+  static BlockCode from(const Program &p);
+  /// Buffers a run needs, each kBlock long.
   size_t bufferCount() const { return size_t(buffers) + spread; }
 };
 
 /// The scalars' values for the formula's constants `params`.
-void scalarValues(const PopulationCode &c, const double *params, double *out);
+void scalarValues(const BlockCode &c, const double *params, double *out);
 
-/// Runs the steps over n <= kPopulationBlock rows: `columns` are the
+/// Runs the steps over n <= kBlock rows: `columns` are the
 /// variables' values at the block's first row, `scalars` from scalarValues,
 /// `buffers` bufferCount() blocks. Outputs are read through valuePointer.
 template <class T>
-void runSteps(const PopulationCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
+void runCode(const BlockCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
               T *buffers, size_t n);
 
 /// A variable's or buffer's values (not a scalar's).
 template <class T> const T *valuePointer(ValueRef r, const T *const *columns, T *buffers) {
-  return r.kind == ValueRef::Variable ? columns[r.index] : buffers + size_t(r.index) * kPopulationBlock;
+  return r.kind == ValueRef::Variable ? columns[r.index] : buffers + size_t(r.index) * kBlock;
 }
 
 } // namespace hsnn::detail
