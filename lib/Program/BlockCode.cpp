@@ -53,6 +53,18 @@ BlockCode BlockCode::from(const Program &p) {
       scalars += where[a].kind == ValueRef::Scalar;
     }
     c.spread = std::max(c.spread, scalars);
+    s.a = where[ops[0]];
+    if (ops.size() > 1)
+      s.b = where[ops[1]];
+    bool scalar0 = s.a.kind == ValueRef::Scalar, scalar1 = ops.size() == 2 && s.b.kind == ValueRef::Scalar;
+    if (!hasOpKernel(in.op) || (scalar0 && (ops.size() == 1 || scalar1)))
+      s.shape = Shape::Table;
+    else if (s.power != 0)
+      s.shape = std::abs(s.power) <= kMaxKernelPower ? Shape::Power : Shape::LargePower;
+    else if (ops.size() == 1)
+      s.shape = Shape::Unary;
+    else
+      s.shape = scalar1 ? Shape::VectorScalar : scalar0 ? Shape::ScalarVector : Shape::Binary;
     // The destination is taken before the operands are given back: a step
     // never writes over its own operands.
     s.dst = take();
@@ -68,7 +80,8 @@ BlockCode BlockCode::from(const Program &p) {
     if (r.kind == ValueRef::Scalar) {
       // An output that is a number or constant is spread by a step of its
       // own, so outputs are always arrays.
-      Step s{.op = Op::Number, .dst = c.buffers++, .argBegin = uint32_t(c.args.size()), .numArgs = 1};
+      Step s{.op = Op::Number, .shape = Shape::Fill, .dst = c.buffers++, .argBegin = uint32_t(c.args.size()),
+             .numArgs = 1, .a = r, .b = {}};
       c.args.push_back(r);
       c.steps.push_back(s);
       r = {s.dst, ValueRef::Buffer};
@@ -86,48 +99,46 @@ void scalarValues(const BlockCode &c, const double *params, double *out) {
 template <class T>
 void runCode(const BlockCode &c, const OpKernels<T> *kernels, const T *const *columns, const double *scalars,
               T *buffers, size_t n) {
+  using Shape = BlockCode::Shape;
   for (const BlockCode::Step &s : c.steps) {
     T *dst = buffers + size_t(s.dst) * kBlock;
     const ValueRef *refs = c.args.data() + s.argBegin;
-    auto array = [&](unsigned k) { return valuePointer<T>(refs[k], columns, buffers); };
-    if (s.op == Op::Number) {
-      std::fill_n(dst, n, T(scalars[refs[0].index]));
+    auto array = [&](ValueRef r) { return valuePointer<T>(r, columns, buffers); };
+    int64_t m = int64_t(n);
+    if (s.shape == Shape::Fill) {
+      std::fill_n(dst, n, T(scalars[s.a.index]));
       continue;
     }
     if (kernels) {
-      bool scalar0 = refs[0].kind == ValueRef::Scalar, scalar1 = s.numArgs == 2 && refs[1].kind == ValueRef::Scalar;
-      if (s.power != 0 && !scalar0) {
-        if (std::abs(s.power) <= kMaxKernelPower) {
-          kernels->power[size_t(s.power + kMaxKernelPower)](array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
-          continue;
-        }
-        // |u|**k, u's sign put back for odd k: the kernels' own form.
+      switch (s.shape) {
+      case Shape::Unary:
+        kernels->unary[size_t(s.op)](array(s.a), nullptr, dst, nullptr, nullptr, m);
+        continue;
+      case Shape::Binary:
+        kernels->binary[size_t(s.op)](array(s.a), array(s.b), dst, nullptr, m, T(1));
+        continue;
+      case Shape::VectorScalar:
+        kernels->vectorScalar[size_t(s.op)](array(s.a), nullptr, dst, nullptr, &scalars[s.b.index], m);
+        continue;
+      case Shape::ScalarVector:
+        kernels->scalarVector[size_t(s.op)](array(s.b), nullptr, dst, nullptr, &scalars[s.a.index], m);
+        continue;
+      case Shape::Power:
+        kernels->power[size_t(s.power + kMaxKernelPower)](array(s.a), nullptr, dst, nullptr, nullptr, m);
+        continue;
+      case Shape::LargePower: {
         double k = double(s.power);
-        kernels->unary[size_t(Op::Abs)](array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
-        kernels->vectorScalar[size_t(Op::Pow)](dst, nullptr, dst, nullptr, &k, int64_t(n));
-        if (s.power % 2 != 0) {
-          const T *a = array(0);
+        const T *a = array(s.a);
+        kernels->unary[size_t(Op::Abs)](a, nullptr, dst, nullptr, nullptr, m);
+        kernels->vectorScalar[size_t(Op::Pow)](dst, nullptr, dst, nullptr, &k, m);
+        if (s.power % 2 != 0)
           for (size_t i = 0; i < n; ++i)
             dst[i] = std::copysign(dst[i], a[i]);
-        }
         continue;
       }
-      if (s.numArgs == 1 && !scalar0) {
-        if (auto f = kernels->unary[size_t(s.op)]) {
-          f(array(0), nullptr, dst, nullptr, nullptr, int64_t(n));
-          continue;
-        }
-      } else if (s.numArgs == 2 && !(scalar0 && scalar1)) {
-        if (!scalar0 && !scalar1) {
-          if (auto f = kernels->binary[size_t(s.op)]) {
-            f(array(0), array(1), dst, nullptr, int64_t(n), T(1));
-            continue;
-          }
-        } else if (auto f = (scalar1 ? kernels->vectorScalar : kernels->scalarVector)[size_t(s.op)]) {
-          const double *k = &scalars[refs[scalar1 ? 1 : 0].index];
-          f(array(scalar1 ? 0 : 1), nullptr, dst, nullptr, k, int64_t(n));
-          continue;
-        }
+      case Shape::Fill:
+      case Shape::Table:
+        break;
       }
     }
     // Conditions and Piecewise are selections (exact in any code), and
@@ -147,7 +158,7 @@ void runCode(const BlockCode &c, const OpKernels<T> *kernels, const T *const *co
         ptrs[j] = spread;
         spread += kBlock;
       } else {
-        ptrs[j] = array(j);
+        ptrs[j] = array(refs[j]);
       }
     }
     blockEval<T>(s.op)(dst, ptrs, s.numArgs, n);

@@ -33,14 +33,26 @@ struct ValueRef {
 };
 
 struct BlockCode {
+  /// How a step runs where the op kernels are installed (decided once, so
+  /// the loop over steps branches once a step).
+  enum class Shape : uint8_t {
+    Fill,         ///< A scalar output spread over its buffer.
+    Unary,        ///< kernels.unary[op](a)
+    Binary,       ///< kernels.binary[op](a, b)
+    VectorScalar, ///< kernels.vectorScalar[op](a; b a scalar)
+    ScalarVector, ///< kernels.scalarVector[op](b; a a scalar)
+    Power,        ///< kernels.power[k](a), |k| <= kMaxKernelPower
+    LargePower,   ///< |a|**k, a's sign put back for odd k, as Lowering.cpp does
+    Table,        ///< The op table's evaluation (conditions, Piecewise)
+  };
   struct Step {
     Op op;
-    /// Pow by an integer exponent: the exponent (|k| <= kMaxKernelPower:
-    /// the power kernel; beyond, pow of |u| with u's sign put back for odd
-    /// k, as Lowering.cpp does); 0 otherwise.
+    Shape shape = Shape::Table;
+    /// Pow by an integer exponent: the exponent; 0 otherwise.
     int32_t power = 0;
     uint32_t dst = 0;
     uint32_t argBegin = 0, numArgs = 0;
+    ValueRef a, b; ///< The first two operands (also in args)
   };
   /// A scalar: a number, or constant `param` of the formula.
   struct Scalar {

@@ -13,7 +13,9 @@
 #include "LayerState.h"
 #include "Warn.h"
 
+#include "CPU/KernelBuild.h"
 #include "CPU/OpKernels.h"
+#include "CodeGen/KernelSpec.h"
 #include "Program/BlockCode.h"
 #include "Expr/Names.h"
 #include "Program/Launch.h"
@@ -50,6 +52,33 @@ struct Member {
 struct LossCode {
   BlockCode code;
   std::vector<double> params;
+  /// The loss alone, and its sum compiled by the host JIT (a LossSum kernel,
+  /// once per loss and dtype: a search's loss is the same every generation),
+  /// which a fitness without weights calls once a block for the loss and its
+  /// sum; null where there is no JIT.
+  Program sumTape;
+  std::once_flag compiled[2];
+  void *sum[2] = {nullptr, nullptr};
+  std::shared_ptr<KernelLibrary> library[2];
+
+  template <class T> LossFn<T> sumKernel() {
+    constexpr size_t d = std::is_same_v<T, float> ? 0 : 1;
+    std::call_once(compiled[d], [&] {
+      if (!HostJIT::available())
+        return;
+      std::string symbol = fmt::format("hsnn_population_loss_{}", d ? "f64" : "f32");
+      KernelRequest r{.symbol = symbol, .program = &sumTape, .kind = KernelKind::LossSum,
+                      .dtype = d ? DType::F64 : DType::F32};
+      CompileInfo info;
+      auto lib = buildKernels(std::span<const KernelRequest>(&r, 1), JITOptions{}, cacheConfig(),
+                              [] { return std::string("population loss"); }, info, nullptr, /*linkedOnly=*/false);
+      if (lib && *lib) {
+        library[d] = *lib;
+        sum[d] = (*lib)->address(symbol);
+      }
+    });
+    return reinterpret_cast<LossFn<T>>(sum[d]);
+  }
 };
 
 } // namespace
@@ -68,7 +97,7 @@ struct Population::Impl {
 
   std::mutex lazy; ///< Derivatives and losses, made at their first use.
   bool haveConstantGrads = false, haveVariableGrads = false;
-  std::map<std::pair<std::string, std::map<std::string, double>>, std::shared_ptr<const LossCode>> losses;
+  std::map<std::pair<std::string, std::map<std::string, double>>, std::shared_ptr<LossCode>> losses;
 
   void fail(size_t i, Diagnostic d) {
     d.node = int(i);
@@ -84,7 +113,7 @@ struct Population::Impl {
   }
   // A parsed formula's constants, checked against what was given.
   void bind(size_t i, const std::map<std::string, double> &given);
-  Expected<std::shared_ptr<const LossCode>> loss(const PopulationLoss &l);
+  Expected<std::shared_ptr<LossCode>> loss(const PopulationLoss &l);
   void deriveConstants();
   void deriveVariables();
 };
@@ -464,7 +493,7 @@ void Population::Impl::deriveVariables() {
   haveVariableGrads = true;
 }
 
-Expected<std::shared_ptr<const LossCode>> Population::Impl::loss(const PopulationLoss &l) {
+Expected<std::shared_ptr<LossCode>> Population::Impl::loss(const PopulationLoss &l) {
   if (l.reduction == Reduction::None)
     return Error(ErrorCode::InvalidArgument, "a fitness is reduced: use Reduction::Mean or Reduction::Sum");
   std::lock_guard<std::mutex> lock(lazy);
@@ -482,9 +511,10 @@ Expected<std::shared_ptr<const LossCode>> Population::Impl::loss(const Populatio
     roots[1] = ctx->number(0);
   auto code = std::make_shared<LossCode>();
   code->code = BlockCode::from(Program::lower(roots, parsed->constants));
+  code->sumTape = Program::lower(std::span<const Expr>(roots, 1), parsed->constants);
   code->params = std::get<std::vector<double>>(bound);
   losses.emplace(key, code);
-  return std::shared_ptr<const LossCode>(code);
+  return code;
 }
 
 // --- Scoring -------------------------------------------------------------
@@ -658,7 +688,7 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
   auto lossCode = impl.loss(lossSpec);
   if (!lossCode)
     return lossCode.takeError();
-  const LossCode &loss = **lossCode;
+  LossCode &loss = **lossCode;
   auto cols = columnsOf(d, impl.options.variables.size());
   if (!cols)
     return cols.takeError();
@@ -674,18 +704,30 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
     width = std::max(width, 1 + (gradients ? impl.offsets[i + 1] - impl.offsets[i] : 0));
   std::vector<SumParts> partial(n * perMember * width);
   const T *w = d.weights.empty() ? nullptr : d.weights.data();
+  // The compiled loss sum where it serves: no weights, no gradients, and
+  // the op kernels compiled too (without them the interpreter's loss keeps
+  // every path on the op table alike).
+  LossFn<T> fused = !w && !gradients && k ? loss.sumKernel<T>() : nullptr;
   forTiles<T>(
       impl.members, impl.offsets, constants.data(), *cols, d.rows, gradients ? &Member::constantGrad : &Member::value,
       [&](size_t i, size_t tile, size_t r0, size_t len, const BlockCode &c, const T *const *at, const double *sc,
           T *buf) {
         runCode<T>(c, k, at, sc, buf, len);
+        SumParts *parts = partial.data() + (i * perMember + tile) * width;
+        if (fused) {
+          auto p = fused(valuePointer<T>(c.outputs[0], at, buf), d.y.data() + r0, nullptr, loss.params.data(),
+                         int64_t(len), T(1));
+          CompensatedSum sum{parts[0].sum, parts[0].residual};
+          sum.add(p);
+          parts[0] = sum.parts();
+          return;
+        }
         thread_local std::vector<T> lossBuffers;
         if (lossBuffers.size() < loss.code.bufferCount() * kBlock)
           lossBuffers.resize(loss.code.bufferCount() * kBlock);
         const T *lossColumns[3] = {nullptr, valuePointer<T>(c.outputs[0], at, buf), d.y.data() + r0};
         runCode<T>(loss.code, k, lossColumns, lossScalars.data(), lossBuffers.data(), len);
         const T *l = valuePointer<T>(loss.code.outputs[0], lossColumns, lossBuffers.data());
-        SumParts *parts = partial.data() + (i * perMember + tile) * width;
         addBlock(parts[0], l, static_cast<const T *>(nullptr), w ? w + r0 : nullptr, len);
         if (!gradients)
           return;
