@@ -26,6 +26,7 @@
 #include <limits>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 namespace hsnn {
 
@@ -38,7 +39,13 @@ namespace {
 // still give every thread many tiles.
 constexpr size_t kTileRows = 16 * kBlock;
 
+constexpr size_t kNotACopy = size_t(-1);
+
 struct Member {
+  /// A member written like an earlier one (a search's populations repeat
+  /// their parents: elites, tournament winners) is prepared once: this is
+  /// that one's index, and the member its copy.
+  size_t sameAs = kNotACopy;
   bool valid = false;
   std::optional<Diagnostic> error;
   Formula formula;
@@ -104,12 +111,29 @@ struct Population::Impl {
     members[i].error = std::move(d);
     members[i].valid = false;
   }
-  /// fn(context, i) for every member, the chunks in parallel.
+  /// fn(context, i) for every member but copies, the chunks in parallel;
+  /// then the copies take their original's result.
   template <class Fn> void forMembers(Fn &&fn) {
     forBlocks(contexts.size(), 1 << 16, [&](size_t k) {
       for (size_t i = chunkStart[k]; i < chunkStart[k + 1]; ++i)
-        fn(*contexts[k], i);
+        if (members[i].sameAs == kNotACopy)
+          fn(*contexts[k], i);
     });
+    for (size_t i = 0; i < members.size(); ++i)
+      if (size_t j = members[i].sameAs; j != kNotACopy) {
+        members[i] = members[j];
+        members[i].sameAs = j;
+        if (members[i].error)
+          members[i].error->node = int(i);
+      }
+  }
+  /// Marks members whose key (their text, or their arrays) an earlier one has.
+  template <class Key> void markCopies(size_t n, Key &&key) {
+    std::unordered_map<std::string, size_t> first;
+    first.reserve(n);
+    for (size_t i = 0; i < n; ++i)
+      if (auto [it, fresh] = first.emplace(key(i), i); !fresh)
+        members[i].sameAs = it->second;
   }
   // A parsed formula's constants, checked against what was given.
   void bind(size_t i, const std::map<std::string, double> &given);
@@ -204,6 +228,12 @@ Expected<Population> Population::create(std::span<const PopulationMember> member
   if (Error e = checkVariables(options))
     return e;
   auto impl = makeImpl(options, members.size());
+  impl->markCopies(members.size(), [&](size_t i) {
+    std::string key = members[i].formula;
+    for (const auto &[name, value] : members[i].constants)
+      key += fmt::format("\n{}={}", name, value);
+    return key;
+  });
   impl->forMembers([&](ExprContext &ctx, size_t i) {
     ParseOptions po{.mode = FormulaMode::Activation, .node = int(i), .variables = options.variables,
                     .literalsAsConstants = options.literalsAsConstants};
@@ -378,6 +408,11 @@ Expected<Population> Population::fromArrays(const PopulationArrays &a, const Pop
       return Error(ErrorCode::InvalidArgument, fmt::format("offsets decrease at {}", i));
   size_t n = a.offsets.size() - 1;
   auto impl = makeImpl(options, n);
+  impl->markCopies(n, [&](size_t i) {
+    size_t b = size_t(a.offsets[i]), e = size_t(a.offsets[i + 1]);
+    return std::string(reinterpret_cast<const char *>(a.codes.data() + b), (e - b) * sizeof(int32_t)) +
+           std::string(reinterpret_cast<const char *>(a.values.data() + b), (e - b) * sizeof(double));
+  });
   impl->forMembers([&](ExprContext &ctx, size_t i) {
     size_t b = size_t(a.offsets[i]), e = size_t(a.offsets[i + 1]);
     Member &m = impl->members[i];
@@ -415,6 +450,12 @@ Expected<Population> Population::fromArrays(const PopulationArrays &a, const Pop
     m.formula.constants.assign(used.begin(), used.end());
     impl->bind(i, initial);
   });
+  for (size_t i = 0; i < n; ++i) // a copy's diagnostics name its own codes
+    if (Member &m = impl->members[i]; m.sameAs != kNotACopy) {
+      m.formula.text = fmt::format("(arrays: codes {}..{})", a.offsets[i], a.offsets[i + 1]);
+      if (m.error)
+        m.error->formula = m.formula.text;
+    }
   std::vector<double> constants;
   finishOffsets(*impl, constants);
   return Population(std::move(impl), std::move(constants));

@@ -127,3 +127,37 @@ TEST_CASE("populations from arrays: prefix and postfix trees are the formulas th
   CHECK(b->errors()[2].message == "position 1: the codes end with 1 operator(s) missing operands");
   CHECK(b->valid(3));
 }
+
+TEST_CASE("members written alike are prepared once and reported each under its own index") {
+  std::vector<PopulationMember> m = {{"sin(x0)*c", {{"c", 2}}}, {"x0 +", {}}, {"sin(x0)*c", {{"c", 2}}},
+                                     {"sin(x0)*c", {{"c", 3}}}, {"x0 +", {}}};
+  auto pop = Population::create(m, {.variables = {"x0"}, .dtype = DType::F64});
+  REQUIRE_OK_EXPECTED(pop);
+  REQUIRE(pop->errors().size() == 2);
+  CHECK(pop->errors()[0].node == 1);
+  CHECK(pop->errors()[1].node == 4);
+  CHECK(pop->errors()[1].render().rfind("node 4: error:", 0) == 0);
+  std::vector<double> x = {0.5, 1.5}, out(10), g(5 * 2);
+  REQUIRE_OK(pop->evaluate(PopulationData<double>{.x = x, .rows = 2}, out));
+  CHECK(out[0] == out[4]);
+  CHECK(out[6] == 3 * std::sin(0.5));
+  // Each copy has its own constants.
+  std::vector<double> c(pop->allConstants().begin(), pop->allConstants().end());
+  REQUIRE(c.size() == 3);
+  c[1] = 5;
+  REQUIRE_OK(pop->setConstants(c));
+  REQUIRE_OK(pop->evaluate(PopulationData<double>{.x = x, .rows = 2}, out));
+  CHECK(out[4] == 5 * std::sin(0.5));
+  CHECK(out[0] == 2 * std::sin(0.5));
+  REQUIRE_OK(pop->variableGradients(PopulationData<double>{.x = x, .rows = 2}, g));
+  CHECK(g[4] == 5 * std::cos(0.5));
+
+  std::vector<int32_t> codes = {int32_t(Op::Add), int32_t(Op::Var), int32_t(Op::Add), int32_t(Op::Var)};
+  std::vector<double> values(4, 0.0);
+  std::vector<int64_t> offsets = {0, 2, 4};
+  auto arrays = Population::fromArrays({.codes = codes, .values = values, .offsets = offsets}, {.variables = {"x0"}});
+  REQUIRE_OK_EXPECTED(arrays);
+  REQUIRE(arrays->errors().size() == 2);
+  CHECK(arrays->errors()[1].node == 1);
+  CHECK(arrays->errors()[1].formula == "(arrays: codes 2..4)");
+}
