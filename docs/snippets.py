@@ -28,7 +28,7 @@ import tempfile
 
 FENCE = re.compile(r"^(`{3,})(.*)$")
 SKIP = re.compile(r"^<!-- not run: (.+) -->$")
-PUBLIC_HEADERS = ["AOT.h", "Backend.h", "Cache.h", "Error.h", "Expr.h", "Formula.h", "Layer.h", "Runtime.h"]
+PUBLIC_HEADERS = ["AOT.h", "Backend.h", "Cache.h", "Error.h", "Expr.h", "Formula.h", "Layer.h", "Population.h", "Runtime.h"]
 README_LIMIT = 15 * 1024
 
 
