@@ -62,15 +62,23 @@ struct Product {
   // overflow where 1/b/b is a normal number: softsign's 1/(1 + |x|)**2).
   std::vector<Expr> divisors;
 
-  std::unordered_map<Expr, size_t> index; // base -> its entry in powers
+  // A base's entry in powers, or powers.size(). A linear search: products
+  // have a few bases (at most kMaxAtoms), and a hash map's nodes were a
+  // malloc and a free each, a tenth of preparing a formula.
+  size_t find(Expr base) const {
+    size_t i = 0;
+    while (i < powers.size() && powers[i].first != base)
+      ++i;
+    return i;
+  }
 
   void addPower(Expr base, int k) {
-    auto [it, fresh] = index.try_emplace(base, powers.size());
-    if (fresh) {
+    size_t at = find(base);
+    if (at == powers.size()) {
       powers.push_back({base, k});
       return;
     }
-    int &e = powers[it->second].second;
+    int &e = powers[at].second;
     if (k < 0 && e < 0 && !base->isBounded() && !base->isConstant())
       divisors.insert(divisors.end(), size_t(-k), base);
     else
@@ -196,6 +204,10 @@ std::optional<ExponentKind> exactExponent(Expr k) {
 // = NaN at 0, x**(1/6) is 0) and the sum not an integer (x**0.5*x**1.5 is
 // NaN for x < 0, x**2 is not). Exponents add exactly or not at all.
 void combineFractionalPowers(ExprContext &ctx, Product &p) {
+  // Only a power node has a fractional exponent: without one there is
+  // nothing to combine (most products), and nothing to build.
+  if (std::none_of(p.powers.begin(), p.powers.end(), [](auto &bk) { return bk.first->op() == Op::Pow; }))
+    return;
   struct Group {
     std::vector<size_t> entries;
     Expr total = nullptr;
@@ -283,16 +295,16 @@ struct Sum {
 
   int added = 0; // terms seen, before like terms combined
 
-  std::unordered_map<Expr, size_t> index; // term -> its entry in terms
-
   void addTerm(Expr t, double c) {
     ++added;
-    auto [it, fresh] = index.try_emplace(t, terms.size());
-    if (fresh) {
+    size_t at = 0; // a linear search, as Product::find
+    while (at < terms.size() && terms[at].first != t)
+      ++at;
+    if (at == terms.size()) {
       terms.push_back({t, c});
       return;
     }
-    double &k = terms[it->second].second;
+    double &k = terms[at].second;
     k += c;
     ok = ok && std::isfinite(k);
   }
@@ -431,8 +443,8 @@ Expr factorCommon(ExprContext &ctx, const Sum &s, bool fast) {
       continue;
     }
     for (auto it = common.begin(); it != common.end();) {
-      auto at = p.index.find(it->first);
-      int k = at == p.index.end() ? 0 : p.powers[at->second].second;
+      size_t at = p.find(it->first);
+      int k = at == p.powers.size() ? 0 : p.powers[at].second;
       if (k <= 0) {
         it = common.erase(it);
         continue;
