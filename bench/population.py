@@ -16,11 +16,11 @@ a copy's GB/s measured in the same row (this machine's bandwidth drifts).
 """
 import argparse
 import platform
-import time
 
 import numpy as np
 
 import hsnn
+from hsnn.bench import _median_ms
 
 UNARY, BINARY = ["exp", "log", "sin", "cos"], ["+", "-", "*", "/"]
 
@@ -37,13 +37,8 @@ def random_tree(nodes, math, rng):
 
 
 def timed(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    """Seconds: the median of reps runs after a warm-up (hsnn.bench's)."""
+    return _median_ms(fn, reps) / 1e3
 
 
 def copy_gbs(reps):

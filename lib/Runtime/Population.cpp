@@ -140,6 +140,9 @@ struct Population::Impl {
   Expected<std::shared_ptr<LossCode>> loss(const PopulationLoss &l);
   void deriveConstants();
   void deriveVariables();
+  /// Each valid member's `code`, lowered from roots(context, formula), made
+  /// once (`made`), at the first call that needs it.
+  template <class Roots> void derive(bool &made, BlockCode Member::*code, Roots &&roots);
 };
 
 namespace {
@@ -498,40 +501,40 @@ Error Population::setConstants(std::span<const double> values) {
 
 // --- Derivatives and losses, at their first use ------------------------
 
-void Population::Impl::deriveConstants() {
+// d/dwrt (an exact 0, null from differentiate, as a number).
+static Expr derivative(ExprContext &ctx, Expr f, auto wrt) {
+  Expr d = differentiate(ctx, f, wrt);
+  return d ? d : ctx.number(0);
+}
+
+template <class Roots> void Population::Impl::derive(bool &made, BlockCode Member::*code, Roots &&roots) {
   std::lock_guard<std::mutex> lock(lazy);
-  if (haveConstantGrads)
+  if (made)
     return;
   forMembers([&](ExprContext &ctx, size_t i) {
     Member &m = members[i];
-    if (!m.valid)
-      return;
-    std::vector<Expr> roots{m.formula.expr};
-    for (const std::string &c : m.formula.constants) {
-      Expr d = differentiate(ctx, m.formula.expr, ctx.param(c));
-      roots.push_back(d ? d : ctx.number(0));
-    }
-    m.constantGrad = BlockCode::from(Program::lower(roots, m.formula.constants));
+    if (m.valid)
+      m.*code = BlockCode::from(Program::lower(roots(ctx, m.formula), m.formula.constants));
   });
-  haveConstantGrads = true;
+  made = true;
+}
+
+void Population::Impl::deriveConstants() {
+  derive(haveConstantGrads, &Member::constantGrad, [](ExprContext &ctx, const Formula &f) {
+    std::vector<Expr> roots{f.expr};
+    for (const std::string &c : f.constants)
+      roots.push_back(derivative(ctx, f.expr, ctx.param(c)));
+    return roots;
+  });
 }
 
 void Population::Impl::deriveVariables() {
-  std::lock_guard<std::mutex> lock(lazy);
-  if (haveVariableGrads)
-    return;
-  forMembers([&](ExprContext &ctx, size_t i) {
-    Member &m = members[i];
-    if (!m.valid)
-      return;
+  derive(haveVariableGrads, &Member::variableGrad, [&](ExprContext &ctx, const Formula &f) {
     std::vector<Expr> roots;
-    for (size_t j = 0; j < options.variables.size(); ++j) {
-      Expr d = differentiate(ctx, m.formula.expr, Variable(j));
-      roots.push_back(d ? d : ctx.number(0));
-    }
-    m.variableGrad = BlockCode::from(Program::lower(roots, m.formula.constants));
+    for (size_t j = 0; j < options.variables.size(); ++j)
+      roots.push_back(derivative(ctx, f.expr, Variable(j)));
+    return roots;
   });
-  haveVariableGrads = true;
 }
 
 Expected<std::shared_ptr<LossCode>> Population::Impl::loss(const PopulationLoss &l) {
@@ -547,9 +550,7 @@ Expected<std::shared_ptr<LossCode>> Population::Impl::loss(const PopulationLoss 
   auto bound = bindConstants(*parsed, l.constants);
   if (auto *d = std::get_if<Diagnostic>(&bound))
     return toError({*d});
-  Expr roots[2] = {parsed->expr, differentiate(*ctx, parsed->expr, Variable::YPred)};
-  if (!roots[1])
-    roots[1] = ctx->number(0);
+  Expr roots[2] = {parsed->expr, derivative(*ctx, parsed->expr, Variable::YPred)};
   auto code = std::make_shared<LossCode>();
   code->code = BlockCode::from(Program::lower(roots, parsed->constants));
   code->sumTape = Program::lower(std::span<const Expr>(roots, 1), parsed->constants);
