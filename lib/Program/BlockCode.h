@@ -3,10 +3,10 @@
 // A tape (Program.h) made ready for the interpreter (layers' cpu_interp, and
 // populations: Runtime/Population.cpp): each instruction a step over a block
 // of elements, its result in one of a few
-// buffers reused once the value is dead (a formula of 64 nodes needs ~8, so a
-// tile's working set stays in L1), variables read in place from the data's
+// buffers reused once the value is dead (a formula needs far fewer buffers
+// than instructions, so a tile's working set stays in the near caches), variables read in place from the data's
 // columns, numbers and constants passed to the op kernels as scalars (no
-// buffer to fill: random formulas are a third numbers). Steps call the op
+// buffer to fill: numbers are many of a random formula's leaves). Steps call the op
 // kernels (OpKernels.h): the compiled layers' code, one op at a time.
 //
 //===----------------------------------------------------------------------===//

@@ -27,9 +27,9 @@ namespace hsnn::detail {
 CacheConfig cacheConfig();
 /// The interpreter's op kernels (Program/OpKernels.h) for the engines made
 /// next, wherever this build has the JIT: so cpu_interp gives cpu_jit's
-/// bits whatever the cache holds. Built once per host and dtype (~0.3-0.4 s
-/// on a 2-core Zen 4), then loaded linked from the cache (~3 ms, no LLVM),
-/// and kept for the process.
+/// bits whatever the cache holds. Built once per host and dtype, then loaded
+/// linked from the cache (no LLVM), and kept for the process (the
+/// populations guide has the times).
 void prepareOpKernels(DType dtype);
 
 /// The front end's model of an activation layer or a loss, from the disk

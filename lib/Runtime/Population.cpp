@@ -610,8 +610,8 @@ template <class T> Expected<Columns<T>> columnsOf(const PopulationData<T> &d, si
 }
 
 // parts += the sum of a[r] (times b[r], times w[r]) over a block, in double:
-// eight independent sums (a chain of dependent additions was a third of a
-// fitness's time), added in a fixed order, then into the tile's compensated
+// eight independent sums (one chain of dependent additions held a fitness
+// back; the DEVLOG has the measurement), added in a fixed order, then into the tile's compensated
 // sum, so a score does not depend on the threads.
 template <bool HasB, bool HasW, class T>
 void addTerms(double (&lane)[8], const T *a, const T *b, const T *w, size_t n) {
