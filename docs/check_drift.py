@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Fails when the documentation and the code drift apart (ctest docs_drift):
 
-- every HSNN_* environment variable the code reads (a string literal in lib/, tools/, python/src, the package and
-  its setup scripts) is a row of the one table in docs/guide/configuration.md, and every row is read by the code;
+- every HSNN_* environment variable the code reads (the C++ code's table, include/hsnn/Environment.def, through
+  which every C++ read goes; the package's and its setup scripts' os.environ reads) is a row of the one table in
+  docs/guide/configuration.md, and every row is read by the code;
 - every option that `hsnn-jit COMMAND --help` shows is in docs/guide/cli.md, and every option cli.md names is
   one of them;
 - every backticked API name in the guides, README and MIGRATING that is qualified as hsnn's (`hsnn.name...` in
@@ -45,21 +46,27 @@ def _rel(path):
     return os.path.relpath(path, ROOT)
 
 
-def environment_variables():
-    """HSNN_* names the code reads: string literals (C++ getenv and its helpers, Python os.environ)."""
-    found = {}
-    cpp = r"\"(HSNN_[A-Z0-9_]+)\""  # getenv("HSNN_X") and the helpers that take the name
+ENVIRONMENT_DEF = os.path.join(ROOT, "include", "hsnn", "Environment.def")
+
+
+def environment_variables(problems):
+    """HSNN_* names the code reads: the C++ code's table (include/hsnn/Environment.def, which every C++ read goes
+    through: a getenv of an HSNN_ name elsewhere is a problem) and the Python code's os.environ reads."""
+    found = {name: _rel(ENVIRONMENT_DEF)
+             for name in re.findall(r"^HSNN_ENVIRONMENT\(\w+, \"(HSNN_[A-Z0-9_]+)\"\)", _read(ENVIRONMENT_DEF), re.M)}
+    for path in _files(["lib", "tools", "python/src"], (".cpp", ".h")):
+        for m in re.finditer(r"getenv\(\s*\"(HSNN_[A-Z0-9_]+)\"", _read(path)):
+            problems.append(f"{_rel(path)} reads {m.group(1)} with getenv; read it through hsnn/Environment.h "
+                            f"(its name in {_rel(ENVIRONMENT_DEF)})")
     py = r"(?:environ(?:\.get)?[(\[]|ParallelCompile\()\s*[\"'](HSNN_[A-Z0-9_]+)[\"']"
-    for dirs, suffixes, pattern in ((["lib", "tools", "python/src"], (".cpp", ".h"), cpp),
-                                    (["python/hsnn", "python/setup.py", "python/sdist/setup.py"], (".py",), py)):
-        for path in _files(dirs, suffixes):
-            for m in re.finditer(pattern, _read(path)):
-                found.setdefault(m.group(1), _rel(path))
+    for path in _files(["python/hsnn", "python/setup.py", "python/sdist/setup.py"], (".py",)):
+        for m in re.finditer(py, _read(path)):
+            found.setdefault(m.group(1), _rel(path))
     return found
 
 
 def check_environment(problems, configuration):
-    code = environment_variables()
+    code = environment_variables(problems)
     table = set(re.findall(r"^\| `(HSNN_[A-Z0-9_]+)`", _read(configuration), re.M))
     for name, where in sorted(code.items()):
         if name not in table:

@@ -6,6 +6,7 @@
 #include "RowCalibration.h"
 #include "SharedObject.h"
 #include "Program/Stopwatch.h"
+#include "hsnn/Environment.h"
 #include "hsnn/Version.h"
 
 #include "CodeGenToken.h"
@@ -69,11 +70,11 @@ CacheKey objectKey(std::span<const KernelRequest> requests, const JITOptions &op
 // code another had compiled for the host and its math library.
 const std::string &jitOverrides() {
   static const std::string overrides = [] {
-    auto env = [](const char *name) {
-      const char *v = std::getenv(name);
+    auto env = [](EnvironmentVariable name) {
+      const char *v = environmentValue(name);
       return std::string(v ? v : "");
     };
-    return env("HSNN_TARGET_CPU") + ";" + env("HSNN_CPU_MATH");
+    return env(EnvironmentVariable::TargetCpu) + ";" + env(EnvironmentVariable::CpuMath);
   }();
   return overrides;
 }

@@ -7,6 +7,7 @@
 #include "Model/KernelRequests.h"
 #include "Program/Stopwatch.h"
 #include "RowLaunch.h"
+#include "hsnn/Environment.h"
 #include "hsnn/Version.h"
 
 #include "CodeGenToken.h"
@@ -161,7 +162,7 @@ Expected<RowCalibration> calibrateRowShapes() {
 }
 
 Expected<std::optional<RowShape>> rowShapeOverride() {
-  const char *env = std::getenv("HSNN_ROW_SHAPE");
+  const char *env = environmentValue(EnvironmentVariable::RowShape);
   if (!env || !*env)
     return std::optional<RowShape>();
   std::optional<RowShape> shape = parseRowShape(env);

@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include "SharedObject.h"
 
+#include "hsnn/Environment.h"
+
 #include <cerrno>
 #include <dlfcn.h>
 #include <link.h>
@@ -74,7 +76,7 @@ constexpr auto kLinkDeadline = std::chrono::seconds(30);
 const std::string &linkerProgram() {
   // Never destroyed: the link thread may read it during exit.
   static const std::string *program = [] {
-    const char *p = std::getenv("HSNN_LINKER");
+    const char *p = environmentValue(EnvironmentVariable::Linker);
     return new std::string(p ? p : HSNN_LINKER_DEFAULT);
   }();
   return *program;

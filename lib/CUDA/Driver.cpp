@@ -1,6 +1,8 @@
 //===- lib/CUDA/Driver.cpp - The CUDA driver API, loaded at run time ------===//
 #include "Driver.h"
 
+#include "hsnn/Environment.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -40,7 +42,7 @@ Expected<const CudaDriver *> CudaDriver::get() {
   static CudaDriver &driver = *new CudaDriver;
   static Error &failure = *new Error;
   std::call_once(once, [] {
-    const char *name = std::getenv("HSNN_CUDA_LIBRARY");
+    const char *name = hsnn::environmentValue(hsnn::EnvironmentVariable::CudaLibrary);
     if (!name || !*name)
       name = "libcuda.so.1";
     void *lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);

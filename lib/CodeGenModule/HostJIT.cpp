@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "CodeGen/HostJIT.h"
 
+#include "hsnn/Environment.h"
+
 #include "CodeGen/Pipeline.h"
 #include "CodeGenModule/ModuleParts.h"
 #include "Program/Stopwatch.h"
@@ -103,7 +105,7 @@ public:
     t.cpu = llvm::sys::getHostCPUName().str();
     llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
     std::vector<std::string> feats;
-    if (const char *named = std::getenv("HSNN_TARGET_CPU"); named && *named) {
+    if (const char *named = environmentValue(EnvironmentVariable::TargetCpu); named && *named) {
       auto chosen = namedCpuFeatures(named, host);
       if (!chosen)
         return chosen.error();
@@ -128,7 +130,7 @@ public:
     self->features_ = feats;
 
     self->emit_.hasFMA = has("fma");
-    if (const char *math = std::getenv("HSNN_CPU_MATH"); math && *math) {
+    if (const char *math = environmentValue(EnvironmentVariable::CpuMath); math && *math) {
       if (std::string_view(math) == "libmvec")
         self->emit_.ownMath = false;
       else if (std::string_view(math) != "hsnn")

@@ -22,6 +22,8 @@
 //===----------------------------------------------------------------------===//
 #include "CodeGenModule.h"
 
+#include "hsnn/Environment.h"
+
 #include "CodeGenModuleToken.h"
 
 #if HSNN_HAS_CODEGEN_MODULE
@@ -109,7 +111,7 @@ std::vector<std::string> linkerSearchDirectories() {
 }
 
 std::vector<std::string> candidates() {
-  if (const char *p = std::getenv("HSNN_CODEGEN_MODULE"); p && *p)
+  if (const char *p = environmentValue(EnvironmentVariable::CodegenModule); p && *p)
     return {p};
   std::vector<std::string> c;
   if (std::string dir = ownDirectory(); !dir.empty()) {
@@ -206,7 +208,7 @@ const Loaded &loaded() {
     auto *s = new Loaded(); // never destroyed: used by kernels released at exit
 #if HSNN_HAS_CODEGEN_MODULE
     std::vector<std::string> tried, reasons;
-    const char *chosen = std::getenv("HSNN_CODEGEN_MODULE");
+    const char *chosen = environmentValue(EnvironmentVariable::CodegenModule);
     for (const std::string &path : candidates()) {
       tried.push_back(path);
       if (!isFile(path))

@@ -1,5 +1,6 @@
 //===- lib/Runtime/Runtime.cpp - Configuration, environment, fallbacks ----===//
 #include "hsnn/Runtime.h"
+#include "hsnn/Environment.h"
 
 #include "CodeGen/HostJIT.h"
 #include "CPU/RowCalibration.h"
@@ -32,8 +33,9 @@ constexpr unsigned kMaxThreads = RunGuard::kMaxThreads;
 
 // A boolean variable: 0/1, true/false, on/off, yes/no in any case. Anything
 // else is reported and the default used.
-bool envFlag(const char *name, bool fallback, std::vector<std::string> &warnings) {
-  const char *v = std::getenv(name);
+bool envFlag(EnvironmentVariable var, bool fallback, std::vector<std::string> &warnings) {
+  const char *name = environmentVariableName(var);
+  const char *v = environmentValue(var);
   if (!v || !*v)
     return fallback;
   std::string s(v);
@@ -49,7 +51,7 @@ bool envFlag(const char *name, bool fallback, std::vector<std::string> &warnings
 }
 
 unsigned envThreads(std::vector<std::string> &warnings) {
-  const char *v = std::getenv("HSNN_NUM_THREADS");
+  const char *v = environmentValue(EnvironmentVariable::NumThreads);
   if (!v || !*v)
     return 0;
   unsigned n = 0;
@@ -71,10 +73,10 @@ struct State {
   std::vector<std::string> envWarnings; // given once the state exists
 
   State() {
-    flags.useKernelCache = envFlag("HSNN_USE_KERNEL_CACHE", true, envWarnings);
-    flags.strict = envFlag("HSNN_STRICT", false, envWarnings);
+    flags.useKernelCache = envFlag(EnvironmentVariable::UseKernelCache, true, envWarnings);
+    flags.strict = envFlag(EnvironmentVariable::Strict, false, envWarnings);
     flags.threads = envThreads(envWarnings);
-    if (const char *d = std::getenv("HSNN_CACHE_DIR"))
+    if (const char *d = environmentValue(EnvironmentVariable::CacheDir))
       flags.cacheDir = d;
     applyThreads();
   }
@@ -159,7 +161,7 @@ RowKernelShape rowKernelShape() {
   }
   if (*fixed) {
     out.shape = detail::to_string(**fixed);
-    out.source = "HSNN_ROW_SHAPE";
+    out.source = environmentVariableName(EnvironmentVariable::RowShape);
     return out;
   }
   if (!runtimeInfo().cpuJitEnabled) {

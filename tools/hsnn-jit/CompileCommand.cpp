@@ -2,6 +2,7 @@
 #include "Commands.h"
 #include "ProgressBar.h"
 
+#include "hsnn/Environment.h"
 #include "hsnn/AOT.h"
 #include "hsnn/Formula.h"
 
@@ -285,7 +286,7 @@ std::variant<Spec, std::string> readSpec(const std::string &path) {
 }
 
 std::string findPtxas() {
-  if (const char *p = std::getenv("HSNN_PTXAS"); p && *p)
+  if (const char *p = environmentValue(EnvironmentVariable::Ptxas); p && *p)
     return p;
   for (const char *p : {"/usr/local/cuda/bin/ptxas", "/usr/bin/ptxas"})
     if (::access(p, X_OK) == 0)
