@@ -6,6 +6,7 @@
 #include "CPU/OpKernels.h"
 #include "CodeGen/MathCalls.h"
 #include "CUDA/GpuEngine.h"
+#include "FallbackPolicy.h"
 #include "Warn.h"
 
 #include "hsnn/Runtime.h"
