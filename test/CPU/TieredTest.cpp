@@ -113,7 +113,7 @@ TEST_CASE("tiered: the compile starts once the interpreter's time pays for it, a
     REQUIRE_OK(layer->forward(z, a, batch));
   info = layer->compileInfo();
   CHECK(info.compileStarted);
-  CHECK(info.interpreterMs * 0.75 >= estimate * 0.999); // the JIT saves three quarters of it (math calls)
+  CHECK(info.interpreterMs * 0.4 >= estimate * 0.999); // the JIT saves 0.4 of it (math calls)
   REQUIRE_OK(layer->waitForCompile());
   CHECK(layer->method() == Method::CpuJit);
 
