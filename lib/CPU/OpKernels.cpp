@@ -57,14 +57,12 @@ Program oneInstruction(Op op, Operands how, int power) {
   return p;
 }
 
-// The table's unary entries are ActivationFn; its binary ones return the
-// same two doubles as LossFn's SumParts (a struct of two doubles either way).
+// The table's entries are KernelSpec.h's signatures.
 static_assert(std::is_same_v<OpKernels<float>::Unary, ActivationFn<float>>);
-static_assert(sizeof(OpKernels<float>::Parts) == sizeof(SumParts));
+static_assert(std::is_same_v<OpKernels<float>::Binary, LossFn<float>>);
 
 template <class T>
-Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache, bool linkedOnly,
-                                              const CompileProgress &progress) {
+Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
   const char *suffix = dtypeOf<T> == DType::F32 ? "f32" : "f64";
   // Tapes the requests point into, kept with the kernels' process.
   static std::deque<Program> tapes;
@@ -100,11 +98,9 @@ Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache, bool lin
       add(Op::Pow, Operands::Power, k, fmt::format("pow{}{}", k < 0 ? "m" : "", std::abs(k)));
   CompileInfo info;
   auto lib = buildKernels(requests, JITOptions{}, cache, [&] { return fmt::format("op kernels ({})", suffix); }, info,
-                          progress, linkedOnly);
+                          CompileProgress(), /*linkedOnly=*/false);
   if (!lib)
     return lib.takeError();
-  if (!*lib)
-    return std::unique_ptr<OpKernels<T>>();
   auto kernels = std::make_unique<OpKernels<T>>();
   libraries<T>().push_back(*lib); // loaded for the process's life
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -136,8 +132,7 @@ Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache, bool lin
 } // namespace
 
 template <class T>
-Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache, bool linkedOnly,
-                                                 const CompileProgress &progress) {
+Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache) {
   // One build at a time; a failure is kept (it says why there is no JIT,
   // and a second try would fail the same way).
   static std::mutex mutex;
@@ -147,18 +142,16 @@ Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache, bool 
     return k;
   if (failure)
     return Error(failure.code(), failure.message());
-  auto built = build<T>(cache, linkedOnly, progress);
+  auto built = build<T>(cache);
   if (!built) {
     failure = built.takeError();
     return Error(failure.code(), failure.message());
   }
-  if (!*built)
-    return static_cast<const OpKernels<T> *>(nullptr);
   installOpKernels<T>(built->release()); // kept for the process, as its code
   return installedOpKernels<T>();
 }
 
-template Expected<const OpKernels<float> *> compiledOpKernels<float>(const CacheConfig &, bool, const CompileProgress &);
-template Expected<const OpKernels<double> *> compiledOpKernels<double>(const CacheConfig &, bool, const CompileProgress &);
+template Expected<const OpKernels<float> *> compiledOpKernels<float>(const CacheConfig &);
+template Expected<const OpKernels<double> *> compiledOpKernels<double>(const CacheConfig &);
 
 } // namespace hsnn::detail

@@ -16,11 +16,8 @@
 namespace hsnn::detail {
 
 /// The host JIT's op kernels for T, kept for the process: built (or loaded
-/// from the cache) at the first call that may build, installed
-/// (installOpKernels) once built. With `linkedOnly`, null unless the cache
-/// holds them linked (loaded without LLVM). The reason where there is no JIT.
-template <class T>
-Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache, bool linkedOnly,
-                                                 const CompileProgress &progress = nullptr);
+/// from the cache, linked: no LLVM) at the first call and installed
+/// (installOpKernels). The reason where there is no JIT, at every call.
+template <class T> Expected<const OpKernels<T> *> compiledOpKernels(const CacheConfig &cache);
 
 } // namespace hsnn::detail

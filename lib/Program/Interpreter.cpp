@@ -36,17 +36,14 @@ void runCodeBlock(const BlockCode &c, const OpKernels<T> *kernels, const T *cons
   s.scalars.resize(c.scalars.size());
   scalarValues(c, params, s.scalars.data());
   runCode<T>(c, kernels, vars, s.scalars.data(), s.buffers.data(), n);
-  std::vector<const T *> from(c.outputs.size());
-  for (size_t k = 0; k < c.outputs.size(); ++k) {
-    from[k] = valuePointer<T>(c.outputs[k], vars, s.buffers.data());
-    if (c.outputs[k].kind == ValueRef::Variable) {
-      T *copy = s.buffers.data() + (c.bufferCount() + k) * kBlock;
-      std::memcpy(copy, from[k], n * sizeof(T));
-      from[k] = copy;
-    }
-  }
   for (size_t k = 0; k < c.outputs.size(); ++k)
-    std::memmove(outs[k], from[k], n * sizeof(T));
+    if (c.outputs[k].kind == ValueRef::Variable)
+      std::memcpy(s.buffers.data() + (c.bufferCount() + k) * kBlock, vars[c.outputs[k].index], n * sizeof(T));
+  for (size_t k = 0; k < c.outputs.size(); ++k) {
+    const T *from = c.outputs[k].kind == ValueRef::Variable ? s.buffers.data() + (c.bufferCount() + k) * kBlock
+                                                             : valuePointer<T>(c.outputs[k], vars, s.buffers.data());
+    std::memmove(outs[k], from, n * sizeof(T));
+  }
 }
 } // namespace
 
@@ -59,14 +56,11 @@ void interpretActivation(const ActivationPlan &plan, KernelKind kind, const T *z
                          size_t batch) {
   launchActivation<T>(plan.layout, plan.nodeCode.size(), batch, z, err, out0, out1, kBlock,
                       [&](size_t n, const T *zIn, const T *errIn, T *o0, T *o1, size_t len) {
-                        if (kind != KernelKind::Backward) {
-                          for (size_t i0 = 0; i0 < len; i0 += kBlock) {
-                            size_t m = std::min(kBlock, len - i0);
-                            const T *v[3] = {zIn + i0, nullptr, nullptr};
-                            T *outs[2] = {o0 + i0, o1 ? o1 + i0 : nullptr};
-                            runCodeBlock<T>(*plan.nodeCode[n], plan.kernels<T>(), v, plan.params + plan.offsets[n],
-                                            outs, m);
-                          }
+                        if (kind != KernelKind::Backward) { // runs of at most kBlock elements
+                          const T *v[3] = {zIn, nullptr, nullptr};
+                          T *outs[2] = {o0, o1};
+                          runCodeBlock<T>(*plan.nodeCode[n], plan.kernels<T>(), v, plan.params + plan.offsets[n], outs,
+                                          len);
                           return;
                         }
                         // f' goes to a buffer first: delta may be err itself (in place).

@@ -16,6 +16,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "Launch.h"
+
 #include "hsnn/Expr.h"
 
 #include <array>
@@ -30,11 +32,8 @@ inline constexpr int kMaxKernelPower = 16;
 template <class T> struct OpKernels {
   /// KernelSpec.h's ActivationFn: out0[i] = f(z[i]) (constants from params).
   using Unary = void (*)(const T *z, const T *err, T *out0, T *out1, const double *params, int64_t n);
-  /// KernelSpec.h's LossFn, returning its sum as two doubles (unused here).
-  struct Parts {
-    double sum, residual;
-  };
-  using Binary = Parts (*)(const T *a, const T *b, T *out, const double *params, int64_t n, T scale);
+  /// KernelSpec.h's LossFn (its sum unused here).
+  using Binary = SumParts (*)(const T *a, const T *b, T *out, const double *params, int64_t n, T scale);
 
   /// out[i] = op(a[i]): unary[op](a, nullptr, out, nullptr, nullptr, n).
   std::array<Unary, kNumOps> unary{};

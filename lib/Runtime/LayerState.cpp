@@ -103,15 +103,31 @@ std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("
 
 } // namespace
 
-void prepareOpKernels(DType dtype) {
+template <class T> const OpKernels<T> *runtimeOpKernels(std::string *why) {
   if (!HostJIT::available())
-    return;
-  // A failure (no code generator module) is kept by compiledOpKernels: the
-  // op table's evaluation runs then, as in a build without the JIT.
+    return nullptr;
+  // Asked once: a failure (no code generator module) stays; the op table's
+  // evaluation runs then, as in a build without the JIT.
+  static std::string failure;
+  static const OpKernels<T> *kernels = [] {
+    auto k = compiledOpKernels<T>(cacheConfig());
+    if (k)
+      return *k;
+    failure = k.error().message();
+    return static_cast<const OpKernels<T> *>(nullptr);
+  }();
+  if (!kernels && why)
+    *why = failure;
+  return kernels;
+}
+template const OpKernels<float> *runtimeOpKernels<float>(std::string *);
+template const OpKernels<double> *runtimeOpKernels<double>(std::string *);
+
+void prepareOpKernels(DType dtype) {
   if (dtype == DType::F32)
-    (void)compiledOpKernels<float>(cacheConfig(), /*linkedOnly=*/false);
+    (void)runtimeOpKernels<float>();
   else
-    (void)compiledOpKernels<double>(cacheConfig(), /*linkedOnly=*/false);
+    (void)runtimeOpKernels<double>();
 }
 
 CacheConfig cacheConfig() {
