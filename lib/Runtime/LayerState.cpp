@@ -3,10 +3,10 @@
 
 #include "BackgroundCompile.h"
 #include "CPU/HostJitEngine.h"
-#include "CPU/OpKernels.h"
 #include "CodeGen/MathCalls.h"
 #include "CUDA/GpuEngine.h"
 #include "FallbackPolicy.h"
+#include "InterpreterKernels.h"
 #include "Warn.h"
 
 #include "hsnn/Runtime.h"
@@ -102,33 +102,6 @@ Error checkBuffers(std::span<const BufferArg> args, const std::string &where, DT
 std::string memorySpace(const Engine &e) { return e.gpuId() >= 0 ? fmt::format("cuda:{}", e.gpuId()) : "cpu"; }
 
 } // namespace
-
-template <class T> const OpKernels<T> *runtimeOpKernels(std::string *why) {
-  if (!HostJIT::available())
-    return nullptr;
-  // Asked once: a failure (no code generator module) stays; the op table's
-  // evaluation runs then, as in a build without the JIT.
-  static std::string failure;
-  static const OpKernels<T> *kernels = [] {
-    auto k = compiledOpKernels<T>(cacheConfig());
-    if (k)
-      return *k;
-    failure = k.error().message();
-    return static_cast<const OpKernels<T> *>(nullptr);
-  }();
-  if (!kernels && why)
-    *why = failure;
-  return kernels;
-}
-template const OpKernels<float> *runtimeOpKernels<float>(std::string *);
-template const OpKernels<double> *runtimeOpKernels<double>(std::string *);
-
-void prepareOpKernels(DType dtype) {
-  if (dtype == DType::F32)
-    (void)runtimeOpKernels<float>();
-  else
-    (void)runtimeOpKernels<double>();
-}
 
 CacheConfig cacheConfig() {
   RuntimeFlags flags = runtimeFlags();

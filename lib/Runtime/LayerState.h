@@ -10,7 +10,6 @@
 
 #include "Cache/ObjectCache.h"
 #include "Model/Engine.h"
-#include "Program/OpKernels.h"
 #include "RunGuard.h"
 
 #include "hsnn/Backend.h"
@@ -26,15 +25,6 @@ namespace hsnn::detail {
 
 /// The disk cache as the runtime flags set it, warnings to the handler.
 CacheConfig cacheConfig();
-/// The interpreter's op kernels (Program/OpKernels.h) for the engines made
-/// next, wherever this build has the JIT: so cpu_interp gives cpu_jit's
-/// bits whatever the cache holds. Built once per host and dtype, then loaded
-/// linked from the cache (no LLVM), and kept for the process (the
-/// populations guide has the times). Null where there is no JIT, or where
-/// they cannot be built (the reason in `why`: a layer whose JIT failed has
-/// said it already; a population says it).
-template <class T> const OpKernels<T> *runtimeOpKernels(std::string *why = nullptr);
-void prepareOpKernels(DType dtype);
 
 /// The front end's model of an activation layer or a loss, from the disk
 /// cache's snapshot of an earlier compile of the same formulas when there is

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "PopulationImpl.h"
 
+#include "InterpreterKernels.h"
 #include "LayerState.h"
 #include "Warn.h"
 
