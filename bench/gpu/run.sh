@@ -2,7 +2,7 @@
 # Runs on the GPU machine from the bundle make-bundle.sh built, in one go of
 # a few minutes: the GPU tests (every kernel against the interpreter), the
 # GPU benchmark next to a device-to-device copy (W1-W4, compile, per-call
-# latency), hsnn.torch on CUDA tensors checked (torch_check.py, with the
+# latency, populations of new formulas), hsnn.torch on CUDA tensors checked (torch_check.py, with the
 # package built here from the bundle's sdist) and PyTorch's eager and compiled
 # versions of the same workloads where a CUDA PyTorch is installed
 # (torch_peers.py), and the CPU benchmark
@@ -26,6 +26,10 @@ tail -4 "$out/gpu-tests.txt"
 echo "bench --device cuda exit $?"
 cat "$out/bench-gpu.json" "$out/bench-gpu.err"
 ./hsnn-jit bench --method cuda --workload W1 --reps 5 > "$out/bench-gpu-host-arrays.txt" 2>&1
+# Populations (issue 53): N new random formulas in one launch a call, f32.
+./hsnn-jit bench --device cuda --workload population --dtype f32 --reps 5 > "$out/bench-gpu-population.txt" 2>&1
+echo "bench population exit $?"
+cat "$out/bench-gpu-population.txt"
 if python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
   # hsnn's Python package for this machine's Python and PyTorch, from the
   # bundle's source distribution (a C++ compiler and Python's headers;

@@ -41,6 +41,12 @@ struct PopulationOptions {
   /// in the order written, the number its initial value), as symbolic
   /// regression fits them.
   bool literalsAsConstants = false;
+  /// Where evaluate and fitness run: Auto and CpuInterp on the CPU's
+  /// interpreter; Cuda on GPU `gpuId`, every formula in one launch (host
+  /// arrays are copied there and back; the interpreter kernel is built once
+  /// per device, dtype and loss, and cached). Gradients run on the CPU.
+  Method method = Method::Auto;
+  int gpuId = 0;
 };
 
 /// One formula and its constants, as layers take them.
@@ -148,6 +154,9 @@ public:
   Error variableGradients(const PopulationData<double> &data, std::span<double> out) const;
 
   struct Impl;
+  /// The prepared formulas (lib/Runtime/PopulationImpl.h): for the engine's
+  /// own code and tests.
+  const Impl &impl() const { return *impl_; }
 
 private:
   explicit Population(std::shared_ptr<Impl> impl, std::vector<double> constants);

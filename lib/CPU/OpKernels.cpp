@@ -21,42 +21,6 @@ template <class T> std::vector<std::shared_ptr<KernelLibrary>> &libraries() {
 
 template <class T> constexpr DType dtypeOf = std::is_same_v<T, float> ? DType::F32 : DType::F64;
 
-// How a kernel's operands come: arrays (an activation's z; a loss's
-// y_pred and y_true), or one array and a scalar, constant 0 of the kernel,
-// on either side, or an integer power's exponent as a number.
-enum class Operands { Arrays, VectorScalar, ScalarVector, Power };
-
-Program oneInstruction(Op op, Operands how, int power) {
-  Program p;
-  auto leaf = [&](Instr in) {
-    p.code.push_back(in);
-    return uint32_t(p.code.size() - 1);
-  };
-  Instr z{.op = Op::Var, .var = Variable::Num}, c{.op = Op::Param, .param = 0};
-  std::vector<uint32_t> operands;
-  switch (how) {
-  case Operands::Power:
-    operands = {leaf(z), leaf({.op = Op::Number, .number = double(power)})};
-    break;
-  case Operands::VectorScalar:
-    operands = {leaf(z), leaf(c)};
-    break;
-  case Operands::ScalarVector:
-    operands = {leaf(c), leaf(z)};
-    break;
-  case Operands::Arrays:
-    if (opInfo(op).arity == 1)
-      operands = {leaf(z)};
-    else
-      operands = {leaf({.op = Op::Var, .var = Variable::YPred}), leaf({.op = Op::Var, .var = Variable::YTrue})};
-  }
-  Instr in{.op = op, .argBegin = uint32_t(p.args.size()), .numArgs = uint32_t(operands.size())};
-  p.args.insert(p.args.end(), operands.begin(), operands.end());
-  p.code.push_back(in);
-  p.outputs = {uint32_t(p.code.size() - 1)};
-  return p;
-}
-
 // The table's entries are KernelSpec.h's signatures.
 static_assert(std::is_same_v<OpKernels<float>::Unary, ActivationFn<float>>);
 static_assert(std::is_same_v<OpKernels<float>::Binary, LossFn<float>>);
@@ -69,13 +33,13 @@ Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
   std::vector<KernelRequest> requests;
   struct Slot {
     Op op;
-    Operands how;
+    OpOperands how;
     int power;
   };
   std::vector<Slot> slots;
-  auto add = [&](Op op, Operands how, int power, std::string name) {
-    tapes.push_back(oneInstruction(op, how, power));
-    bool loss = how == Operands::Arrays && opInfo(op).arity == 2;
+  auto add = [&](Op op, OpOperands how, int power, std::string name) {
+    tapes.push_back(opKernelTape(op, how, power));
+    bool loss = how == OpOperands::Arrays && opInfo(op).arity == 2;
     requests.push_back({.symbol = fmt::format("hsnn_op_{}_{}", name, suffix),
                         .program = &tapes.back(),
                         .kind = loss ? KernelKind::LossElements : KernelKind::Forward,
@@ -87,15 +51,15 @@ Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
     if (!hasOpKernel(op))
       continue;
     std::string name(opInfo(op).name);
-    add(op, Operands::Arrays, 0, name);
+    add(op, OpOperands::Arrays, 0, name);
     if (opInfo(op).arity == 2) {
-      add(op, Operands::VectorScalar, 0, name + "_vs");
-      add(op, Operands::ScalarVector, 0, name + "_sv");
+      add(op, OpOperands::VectorScalar, 0, name + "_vs");
+      add(op, OpOperands::ScalarVector, 0, name + "_sv");
     }
   }
   for (int k = -kMaxKernelPower; k <= kMaxKernelPower; ++k)
     if (k != 0)
-      add(Op::Pow, Operands::Power, k, fmt::format("pow{}{}", k < 0 ? "m" : "", std::abs(k)));
+      add(Op::Pow, OpOperands::Power, k, fmt::format("pow{}{}", k < 0 ? "m" : "", std::abs(k)));
   CompileInfo info;
   auto lib = buildKernels(requests, JITOptions{}, cache, [&] { return fmt::format("op kernels ({})", suffix); }, info,
                           CompileProgress(), /*linkedOnly=*/false);
@@ -110,16 +74,16 @@ Expected<std::unique_ptr<OpKernels<T>>> build(const CacheConfig &cache) {
     auto activation = reinterpret_cast<typename OpKernels<T>::Unary>(address);
     size_t op = size_t(slots[i].op);
     switch (slots[i].how) {
-    case Operands::Power:
+    case OpOperands::Power:
       kernels->power[size_t(slots[i].power + kMaxKernelPower)] = activation;
       break;
-    case Operands::VectorScalar:
+    case OpOperands::VectorScalar:
       kernels->vectorScalar[op] = activation;
       break;
-    case Operands::ScalarVector:
+    case OpOperands::ScalarVector:
       kernels->scalarVector[op] = activation;
       break;
-    case Operands::Arrays:
+    case OpOperands::Arrays:
       if (opInfo(slots[i].op).arity == 1)
         kernels->unary[op] = activation;
       else

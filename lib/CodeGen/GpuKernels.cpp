@@ -12,8 +12,7 @@
 //   (its warps' totals through shared memory). The bits are the same on
 //   every run (the launch shape depends only on the kernel and n).
 //===----------------------------------------------------------------------===//
-#include "IREmitter.h"
-#include "Lowering.h"
+#include "GpuIR.h"
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
@@ -25,22 +24,13 @@ namespace {
 
 using namespace llvm;
 
-constexpr unsigned kWarp = 32, kMaxWarps = 1024 / kWarp;
 /// Grid strides each thread loads ahead of the element it computes.
 constexpr unsigned kAhead = 4;
-constexpr unsigned kGlobalAddressSpace = 1; // NVPTX's global memory
 /// A batch-major layer's tile: rows x nodes (a warp's width), and the
 /// threads of the block that goes through it (KernelSpec.h).
 constexpr unsigned kTileRows = kBatchMajorTileRows, kTileNodes = kBatchMajorTileNodes, kTileBlock = kBatchMajorBlock;
 static_assert(kTileNodes == kWarp && kTileRows % kWarp == 0 && kTileBlock % kWarp == 0 &&
               kTileRows % (kTileBlock / kWarp) == 0 && kTileNodes % (kTileBlock / kWarp) == 0);
-
-/// array[at] through the read-only data cache: an ld.global.nc intrinsic.
-Value *loadGlobal(IRBuilder<> &b, Type *t, Value *array, Value *at) {
-  Type *globalPtr = PointerType::get(b.getContext(), kGlobalAddressSpace);
-  Value *p = b.CreateAddrSpaceCast(b.CreateInBoundsGEP(t, array, at), globalPtr);
-  return b.CreateIntrinsic(Intrinsic::nvvm_ldg_global_f, {t, globalPtr}, {p, b.getInt32(t->getPrimitiveSizeInBits() / 8)});
-}
 
 /// The inputs of the next kAhead elements a thread will compute, loaded
 /// ahead: each iteration issues the loads for kAhead strides later, so a
@@ -110,9 +100,9 @@ private:
   std::vector<Value *> next_;
 };
 
-class GpuKernelBuilder {
+class GpuKernelBuilder : public GpuIR {
 public:
-  GpuKernelBuilder(Module &m, const EmitOptions &o) : m_(m), ctx_(m.getContext()), opt_(o), lowering_(m, o) {}
+  GpuKernelBuilder(Module &m, const EmitOptions &o) : GpuIR(m, o) {}
 
   /// A nodes-major layer: the y grid dimension is the node, so its formula
   /// and constants are the block's: looked up once, before a loop per unit
@@ -573,8 +563,6 @@ public:
   }
 
 private:
-  Type *elementType(DType d) { return d == DType::F32 ? Type::getFloatTy(ctx_) : Type::getDoubleTy(ctx_); }
-
   /// One element through `node`'s formula: its unit and constants looked up,
   /// then a switch over the kernel's units, every case branching to `done`.
   llvm::Error nodeFormula(IRBuilder<> &b, Function *f, const GpuLayerKernel &k, Value *node, ElementIO &io,
@@ -608,18 +596,6 @@ private:
     return sharedArray(b, name, t, kTileRows * (kTileNodes + 1));
   }
 
-  /// An array of `size` t in shared memory, as a generic pointer (the
-  /// address-space inference pass turns its loads and stores into
-  /// ld/st.shared).
-  Value *sharedArray(IRBuilder<> &b, const std::string &name, Type *t, unsigned size) {
-    constexpr unsigned kSharedAddressSpace = 3;
-    auto *type = ArrayType::get(t, size);
-    auto *g = new GlobalVariable(m_, type, false, GlobalValue::InternalLinkage, UndefValue::get(type), name, nullptr,
-                                 GlobalValue::NotThreadLocal, kSharedAddressSpace);
-    g->setAlignment(Align(t->getPrimitiveSizeInBits() / 8));
-    return b.CreateAddrSpaceCast(g, PointerType::getUnqual(ctx_));
-  }
-
   /// for (i = 0; i < n; ++i) body(i): a loop kept rolled (its body may
   /// hold every formula of the layer).
   void counted(IRBuilder<> &b, Function *f, unsigned n, const std::string &name, const std::function<void(Value *)> &body) {
@@ -640,26 +616,6 @@ private:
     b.SetInsertPoint(after);
   }
 
-  /// if (cond) body(); continuing after it.
-  void guarded(IRBuilder<> &b, Function *f, Value *cond, const std::function<void()> &body) {
-    BasicBlock *then = BasicBlock::Create(ctx_, "then", f), *join = BasicBlock::Create(ctx_, "join", f);
-    b.CreateCondBr(cond, then, join);
-    b.SetInsertPoint(then);
-    body();
-    b.CreateBr(join);
-    b.SetInsertPoint(join);
-  }
-
-  Value *sreg(IRBuilder<> &b, Intrinsic::ID id) { return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty()); }
-
-  /// The global thread id along x, and the grid's thread count along x.
-  std::pair<Value *, Value *> gridStride(IRBuilder<> &b) {
-    Value *ntid = sreg(b, Intrinsic::nvvm_read_ptx_sreg_ntid_x);
-    Value *start = b.CreateAdd(b.CreateMul(sreg(b, Intrinsic::nvvm_read_ptx_sreg_ctaid_x), ntid),
-                               sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x));
-    return {start, b.CreateMul(ntid, sreg(b, Intrinsic::nvvm_read_ptx_sreg_nctaid_x))};
-  }
-
   /// A layer kernel's entry point, with the ABI of KernelSpec.h: (z, err,
   /// out0, out1, params, unitOf, offsets, batch, nodes, firstNode).
   llvm::Expected<Function *> layerKernel(const std::string &symbol, unsigned threads) {
@@ -670,25 +626,6 @@ private:
       for (unsigned readOnly : {4u, 5u, 6u})
         (*fn)->addParamAttr(readOnly, Attribute::ReadOnly);
     return fn;
-  }
-
-  /// A kernel entry point; `threads`, where not 0, is the block size it
-  /// must be launched with (reqntid).
-  llvm::Expected<Function *> kernel(const std::string &symbol, FunctionType *fty, unsigned threads = 0) {
-    if (m_.getFunction(symbol))
-      return make_error<StringError>("duplicate kernel symbol " + symbol, inconvertibleErrorCode());
-    Function *f = Function::Create(fty, Function::ExternalLinkage, symbol, m_);
-    f->setDoesNotThrow();
-    markArraysNoAlias(*f);
-    auto annotate = [&](const char *key, unsigned value) {
-      Metadata *md[] = {ValueAsMetadata::get(f), MDString::get(ctx_, key),
-                        ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx_), value))};
-      m_.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(MDNode::get(ctx_, md));
-    };
-    annotate("kernel", 1);
-    if (threads)
-      annotate("reqntidx", threads);
-    return f;
   }
 
   /// K running sums in double at the top of a loop, 0 when entered from `from`.
@@ -716,46 +653,6 @@ private:
     return mine;
   }
 
-  /// v shifted down `delta` lanes across the warp (a double is two 32-bit
-  /// shuffles). Every lane of the warp must take part.
-  Value *shuffleDown(IRBuilder<> &b, Value *v, unsigned delta) {
-    Value *bits = b.CreateBitCast(v, b.getInt64Ty());
-    auto shfl = [&](Value *half) {
-      // clamp operand 0x1f: the whole warp is one segment.
-      return b.CreateIntrinsic(Intrinsic::nvvm_shfl_sync_down_i32, {},
-                               {b.getInt32(0xffffffffu), half, b.getInt32(delta), b.getInt32(0x1f)});
-    };
-    Value *lo = shfl(b.CreateTrunc(bits, b.getInt32Ty()));
-    Value *hi = shfl(b.CreateTrunc(b.CreateLShr(bits, 32), b.getInt32Ty()));
-    Value *joined = b.CreateOr(b.CreateShl(b.CreateZExt(hi, b.getInt64Ty()), 32), b.CreateZExt(lo, b.getInt64Ty()));
-    return b.CreateBitCast(joined, b.getDoubleTy());
-  }
-
-  /// v added across the warp (lane l gets l + 16, then + 8, ...: a fixed
-  /// tree); lane 0 holds the total.
-  Value *warpSum(IRBuilder<> &b, Value *v) {
-    for (unsigned delta = kWarp / 2; delta > 0; delta /= 2)
-      v = b.CreateFAdd(v, shuffleDown(b, v, delta));
-    return v;
-  }
-
-  /// Adds v across the warp (warpSum) and has lane 0 store the total at
-  /// dst[index].
-  void storeWarpSum(IRBuilder<> &b, Function *f, Value *v, Value *dst, Value *index) {
-    v = warpSum(b, v);
-    BasicBlock *store = BasicBlock::Create(ctx_, "lane0", f), *done = BasicBlock::Create(ctx_, "done", f);
-    Value *lane = b.CreateAnd(sreg(b, Intrinsic::nvvm_read_ptx_sreg_tid_x), b.getInt64(kWarp - 1));
-    b.CreateCondBr(b.CreateICmpEQ(lane, b.getInt64(0)), store, done);
-    b.SetInsertPoint(store);
-    b.CreateStore(v, b.CreateInBoundsGEP(b.getDoubleTy(), dst, index));
-    b.CreateBr(done);
-    b.SetInsertPoint(done);
-  }
-
-  Module &m_;
-  LLVMContext &ctx_;
-  const EmitOptions &opt_;
-  ElementLowering lowering_;
 };
 
 } // namespace
@@ -773,6 +670,9 @@ llvm::Error emitGpuKernels(Module &module, const GpuModuleSpec &spec, const Emit
     if (llvm::Error e = r.kind == KernelKind::LossConstantGradient ? kb.lossConstantGradient(r) : kb.loss(r))
       return e;
   }
+  for (const GpuPopulationKernel &k : spec.populations)
+    if (llvm::Error e = emitPopulationKernel(module, k, options))
+      return e;
   if (!spec.sumKernel.empty())
     if (llvm::Error e = kb.sum(spec.sumKernel))
       return e;

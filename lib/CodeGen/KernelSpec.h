@@ -111,6 +111,29 @@ struct GpuLayerKernel {
   std::vector<const Program *> units;
 };
 
+/// A population's interpreter (Program/DeviceCode.h), made once per device
+/// and dtype (and loss): one launch runs every formula of a DeviceCode.
+///   void SYMBOL(const T *x, int64_t rowStride, int64_t varStride,
+///               const uint32_t *steps, const uint64_t *stepStart,
+///               const double *scalars, const uint64_t *scalarStart,
+///               const uint32_t *outputs, int64_t rows, int64_t firstFormula,
+///               T *values, const T *y, const T *weights,
+///               const double *lossParams, double *partials)
+/// Formula f = firstFormula + blockIdx.y; the x threads stride over the
+/// rows; variable j of row r is x[r * rowStride + j * varStride]. Without a
+/// loss: values[f * rows + r] = the formula's value (y .. partials unused).
+/// With one: each warp leaves the sum over its rows of loss(value, y[r])
+/// (times weights[r] where weights is not null) in double at
+/// partials[f * warps + warp], warps = gridDim.x * blockDim.x / 32, added
+/// across the warp in a fixed tree; `sumKernel` adds a formula's partials
+/// (a segment each). values is unused.
+struct GpuPopulationKernel {
+  std::string symbol;
+  DType dtype = DType::F32;
+  /// The loss (y_pred, y_true; its constants from lossParams), or null.
+  const Program *loss = nullptr;
+};
+
 /// What one PTX module holds. Loss kernels (KernelRequest, loss kinds):
 ///   void SYMBOL(const T *yp, const T *yt, T *out, const double *params,
 ///               int64_t n, T scale, double *partials)
@@ -129,6 +152,7 @@ struct GpuLayerKernel {
 struct GpuModuleSpec {
   std::vector<GpuLayerKernel> layers;
   std::vector<KernelRequest> losses;
+  std::vector<GpuPopulationKernel> populations;
   std::string sumKernel;   ///< Empty: none.
   std::string valueKernel; ///< Empty: none.
   DType valueType = DType::F32;

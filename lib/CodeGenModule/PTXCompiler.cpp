@@ -111,6 +111,8 @@ Expected<std::string> nvptxCompile(const GpuModuleSpec &spec, const PtxOptions &
     kernels.insert(k.symbol);
   for (const KernelRequest &r : spec.losses)
     kernels.insert(r.symbol);
+  for (const GpuPopulationKernel &p : spec.populations)
+    kernels.insert(p.symbol);
   for (const std::string *k : {&spec.sumKernel, &spec.valueKernel})
     if (!k->empty())
       kernels.insert(*k);

@@ -4,7 +4,6 @@
 #include "Expr/OpTable.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 namespace hsnn::detail {
@@ -164,20 +163,6 @@ void runCode(const BlockCode &c, const OpKernels<T> *kernels, const T *const *co
     blockEval<T>(s.op)(dst, ptrs, s.numArgs, n);
   }
 }
-
-namespace {
-template <class T> std::atomic<const OpKernels<T> *> installed{nullptr};
-} // namespace
-
-template <class T> const OpKernels<T> *installedOpKernels() { return installed<T>.load(std::memory_order_acquire); }
-template <class T> void installOpKernels(const OpKernels<T> *kernels) {
-  const OpKernels<T> *none = nullptr;
-  installed<T>.compare_exchange_strong(none, kernels, std::memory_order_acq_rel);
-}
-template const OpKernels<float> *installedOpKernels<float>();
-template const OpKernels<double> *installedOpKernels<double>();
-template void installOpKernels<float>(const OpKernels<float> *);
-template void installOpKernels<double>(const OpKernels<double> *);
 
 template void runCode<float>(const BlockCode &, const OpKernels<float> *, const float *const *, const double *,
                               float *, size_t);

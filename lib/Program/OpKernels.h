@@ -17,6 +17,7 @@
 #pragma once
 
 #include "Launch.h"
+#include "Program.h"
 
 #include "hsnn/Expr.h"
 
@@ -52,6 +53,16 @@ inline bool hasOpKernel(Op op) {
   const OpInfo &info = opInfo(op);
   return !info.isBool && info.syntax != OpSyntax::Leaf && (info.arity == 1 || info.arity == 2);
 }
+
+/// How an op kernel's operands come: arrays (an activation's z; a binary
+/// op's two arrays, y_pred and y_true), one array and a scalar (constant 0
+/// of the kernel) on either side, or an integer power's exponent as a number.
+enum class OpOperands { Arrays, VectorScalar, ScalarVector, Power };
+
+/// The one-instruction tape of `op` with operands `how` (`power`: the
+/// exponent of OpOperands::Power): what the CPU's op kernels are compiled
+/// from, and the GPU interpreter's cases (DeviceCode.h) lowered from.
+Program opKernelTape(Op op, OpOperands how, int power = 0);
 
 /// The kernels installed for the process (they stay loaded for its life),
 /// or null where none are yet. Installing is once per type.

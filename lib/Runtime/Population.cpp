@@ -33,7 +33,14 @@ std::string joined(const std::vector<std::string> &names) {
 
 namespace detail {
 
-Error checkVariables(const PopulationOptions &o) {
+Error checkOptions(const PopulationOptions &o) {
+  if (o.method != Method::Auto && o.method != Method::CpuInterp && o.method != Method::Cuda)
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("a population runs on cpu_interp or cuda, not {} (cpu_jit compiles layers: "
+                             "ActivationLayer)",
+                             to_string(o.method)));
+  if (o.method == Method::Cuda && o.gpuId < 0)
+    return Error(ErrorCode::InvalidArgument, fmt::format("GPU id {} is negative", o.gpuId));
   if (o.variables.empty())
     return Error(ErrorCode::InvalidArgument, "a population needs at least one variable");
   if (o.variables.size() > 255)
@@ -105,7 +112,7 @@ void Population::Impl::bind(size_t i, const std::map<std::string, double> &given
 }
 
 Expected<Population> Population::create(std::span<const PopulationMember> members, const PopulationOptions &options) {
-  if (Error e = checkVariables(options))
+  if (Error e = checkOptions(options))
     return e;
   auto impl = makePopulation(options, members.size());
   impl->markCopies(members.size(), [&](size_t i) {

@@ -154,7 +154,7 @@ struct TreeReader {
 } // namespace
 
 Expected<Population> Population::fromArrays(const PopulationArrays &a, const PopulationOptions &options) {
-  if (Error e = checkVariables(options))
+  if (Error e = checkOptions(options))
     return e;
   if (a.codes.size() != a.values.size())
     return Error(ErrorCode::InvalidArgument,

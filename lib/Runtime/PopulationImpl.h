@@ -11,6 +11,7 @@
 #include "CodeGen/HostJIT.h"
 #include "CodeGen/KernelSpec.h"
 #include "Program/BlockCode.h"
+#include "Program/DeviceCode.h"
 #include "Program/Launch.h"
 
 #include <map>
@@ -121,8 +122,21 @@ namespace detail {
 std::shared_ptr<Population::Impl> makePopulation(const PopulationOptions &options, size_t n);
 /// Gathers the members' errors and constants once they are prepared.
 void finishPopulation(Population::Impl &impl, std::vector<double> &constants);
-/// Why the options cannot make a population (variable names), or success.
-Error checkVariables(const PopulationOptions &o);
+/// Why the options cannot make a population (variable names, method), or
+/// success.
+Error checkOptions(const PopulationOptions &o);
+
+/// The members' values as the GPU interpreter runs them, with `constants`
+/// (allConstants() order); an error names a formula the GPU cannot hold.
+Expected<DeviceCode> deviceCode(const Population::Impl &impl, const double *constants);
+/// Population::evaluate and the loss sums of fitness (sums[i], not yet
+/// divided) on the GPU of the options (PopulationGpu.cpp); X is checked.
+template <class T>
+Error gpuEvaluate(const Population::Impl &impl, const std::vector<double> &constants, const PopulationData<T> &d,
+                  std::span<T> out);
+template <class T>
+Error gpuLossSums(const Population::Impl &impl, const std::vector<double> &constants, const PopulationData<T> &d,
+                  const LossCode &loss, double *sums);
 } // namespace detail
 
 } // namespace hsnn

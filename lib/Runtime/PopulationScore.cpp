@@ -80,10 +80,16 @@ template <class T> struct Columns {
   std::vector<const T *> column;
 };
 
-template <class T> Expected<Columns<T>> columnsOf(const PopulationData<T> &d, size_t variables) {
+template <class T> Error checkX(const PopulationData<T> &d, size_t variables) {
   if (d.x.size() != d.rows * variables)
     return Error(ErrorCode::InvalidArgument, fmt::format("X has {} values; {} rows x {} variables need {}", d.x.size(),
                                                          d.rows, variables, d.rows * variables));
+  return Error::success();
+}
+
+template <class T> Expected<Columns<T>> columnsOf(const PopulationData<T> &d, size_t variables) {
+  if (Error e = checkX(d, variables))
+    return e;
   Columns<T> c;
   const T *base = d.x.data();
   if (d.layout == DataLayout::RowMajor && variables > 1) {
@@ -189,6 +195,11 @@ template <class T> static Error evaluateImpl(const Population::Impl &impl, const
                                                          n, d.rows, n * d.rows));
   if (overlaps(out.data(), out.size_bytes(), d.x.data(), d.x.size_bytes()))
     return Error(ErrorCode::InvalidArgument, "out overlaps X");
+  if (impl.options.method == Method::Cuda) {
+    if (Error e = checkX(d, impl.options.variables.size()))
+      return e;
+    return gpuEvaluate<T>(impl, constants, d, out);
+  }
   auto cols = columnsOf(d, impl.options.variables.size());
   if (!cols)
     return cols.takeError();
@@ -222,6 +233,29 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
   if (!lossCode)
     return lossCode.takeError();
   LossCode &loss = **lossCode;
+  const T *w = d.weights.empty() ? nullptr : d.weights.data();
+  double norm = 1;
+  if (lossSpec.reduction == Reduction::Mean) {
+    if (w) {
+      CompensatedSum ws;
+      for (size_t r = 0; r < d.rows; ++r)
+        ws.add(double(w[r]));
+      norm = ws.value();
+    } else {
+      norm = double(d.rows);
+    }
+  }
+  // Scores without gradients on the GPU (gradients run here: their data
+  // is on the host either way).
+  if (impl.options.method == Method::Cuda && !gradients) {
+    if (Error e = checkX(d, impl.options.variables.size()))
+      return e;
+    if (Error e = gpuLossSums<T>(impl, constants, d, loss, scores.data()))
+      return e;
+    for (size_t i = 0; i < n; ++i)
+      scores[i] = impl.members[i].valid ? scores[i] / norm : std::numeric_limits<double>::quiet_NaN();
+    return Error::success();
+  }
   auto cols = columnsOf(d, impl.options.variables.size());
   if (!cols)
     return cols.takeError();
@@ -236,7 +270,6 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
   for (size_t i = 0; i < n; ++i)
     width = std::max(width, 1 + (gradients ? impl.offsets[i + 1] - impl.offsets[i] : 0));
   std::vector<SumParts> partial(n * perMember * width);
-  const T *w = d.weights.empty() ? nullptr : d.weights.data();
   // The compiled loss sum where it serves: no weights, no gradients, and
   // the op kernels compiled too (without them the interpreter's loss keeps
   // every path on the op table alike).
@@ -268,17 +301,6 @@ static Error scoreImpl(Population::Impl &impl, const std::vector<double> &consta
         for (size_t j = 1; j < c.outputs.size(); ++j)
           addBlock(parts[j], g, valuePointer<T>(c.outputs[j], at, buf), w ? w + r0 : nullptr, len);
       });
-  double norm = 1;
-  if (lossSpec.reduction == Reduction::Mean) {
-    if (w) {
-      CompensatedSum ws;
-      for (size_t r = 0; r < d.rows; ++r)
-        ws.add(double(w[r]));
-      norm = ws.value();
-    } else {
-      norm = double(d.rows);
-    }
-  }
   for (size_t i = 0; i < n; ++i) {
     size_t k0 = impl.offsets[i], kn = impl.offsets[i + 1] - k0;
     if (!impl.members[i].valid) {

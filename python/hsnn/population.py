@@ -52,9 +52,13 @@ class Population:
     ``variables``: the names of X's columns (``["num"]`` by default).
     ``literals_as_constants``: every number written becomes a constant (``_c0``, ``_c1``, ... in the order written,
     the number its starting value), as symbolic regression fits them.
+    ``method``: where :meth:`evaluate` and :meth:`fitness` run: ``"auto"`` or ``"cpu_interp"`` on the CPU,
+    ``"cuda"`` on GPU ``gpu_id``, every formula in one launch (arrays are copied there and back; the interpreter
+    kernel is built once per device, dtype and loss). Gradients run on the CPU.
     """
 
-    def __init__(self, formulas, variables=("num",), dtype="float32", literals_as_constants=False, *, _native=None):
+    def __init__(self, formulas, variables=("num",), dtype="float32", literals_as_constants=False, method="auto",
+                 gpu_id=0, *, _native=None):
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got '{self.dtype}'")
@@ -69,11 +73,12 @@ class Population:
             else:
                 formula, constants = f
                 members.append((formula, dict(constants or {})))
-        self._p = _core._Population(members, self.variables, self.dtype == np.float64, bool(literals_as_constants))
+        self._p = _core._Population(members, self.variables, self.dtype == np.float64, bool(literals_as_constants),
+                                    str(method), int(gpu_id))
 
     @classmethod
     def from_arrays(cls, codes, values, lengths, variables=("num",), order="prefix", dtype="float32",
-                    literals_as_constants=False):
+                    literals_as_constants=False, method="auto", gpu_id=0):
         """Trees as arrays, as GPU genetic-programming systems encode them: formula i is the next ``lengths[i]``
         entries of ``codes`` (op codes, :func:`op_codes`) and ``values``, in ``order`` "prefix" (an operator before
         its operands) or "postfix". A ``number`` leaf's value is the number, a ``variable`` leaf's the variable's
@@ -97,7 +102,8 @@ class Population:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         variables = [str(v) for v in variables]
         native = _core._Population.from_arrays(codes.astype(np.int32), values, offsets, order == "postfix", variables,
-                                               np.dtype(dtype) == np.float64, bool(literals_as_constants))
+                                               np.dtype(dtype) == np.float64, bool(literals_as_constants),
+                                               str(method), int(gpu_id))
         return cls(None, variables, dtype, _native=native)
 
     def __len__(self):

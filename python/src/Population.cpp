@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <hsnn/Population.h>
+#include <hsnn/Runtime.h>
 
 #include "Bindings.h"
 
@@ -71,8 +72,13 @@ py::object score(const Population &p, const py::array &x, size_t rows, bool colM
   return scores;
 }
 
-PopulationOptions optionsOf(std::vector<std::string> variables, bool f64, bool literals) {
-  return {.variables = std::move(variables), .dtype = f64 ? DType::F64 : DType::F32, .literalsAsConstants = literals};
+PopulationOptions optionsOf(std::vector<std::string> variables, bool f64, bool literals, const std::string &method,
+                            int gpuId) {
+  return {.variables = std::move(variables),
+          .dtype = f64 ? DType::F64 : DType::F32,
+          .literalsAsConstants = literals,
+          .method = take(parseMethod(method)),
+          .gpuId = gpuId};
 }
 
 } // namespace
@@ -80,32 +86,34 @@ PopulationOptions optionsOf(std::vector<std::string> variables, bool f64, bool l
 void bindPopulation(py::module_ &m) {
   py::class_<Population>(m, "_Population")
       .def(py::init([](const std::vector<std::pair<std::string, std::map<std::string, double>>> &members,
-                       std::vector<std::string> variables, bool f64, bool literals) {
+                       std::vector<std::string> variables, bool f64, bool literals, const std::string &method,
+                       int gpuId) {
              std::vector<PopulationMember> ms;
              ms.reserve(members.size());
              for (const auto &[f, c] : members)
                ms.push_back({f, c});
-             PopulationOptions o = optionsOf(std::move(variables), f64, literals);
+             PopulationOptions o = optionsOf(std::move(variables), f64, literals, method, gpuId);
              py::gil_scoped_release release;
              return take(Population::create(ms, o));
            }),
-           py::arg("members"), py::arg("variables"), py::arg("f64"), py::arg("literals_as_constants"))
+           py::arg("members"), py::arg("variables"), py::arg("f64"), py::arg("literals_as_constants"),
+           py::arg("method") = "auto", py::arg("gpu_id") = 0)
       .def_static(
           "from_arrays",
           [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> codes,
              py::array_t<double, py::array::c_style | py::array::forcecast> vals,
              py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets, bool postfix,
-             std::vector<std::string> variables, bool f64, bool literals) {
+             std::vector<std::string> variables, bool f64, bool literals, const std::string &method, int gpuId) {
             PopulationArrays a{.codes = {codes.data(), size_t(codes.size())},
                                .values = {vals.data(), size_t(vals.size())},
                                .offsets = {offsets.data(), size_t(offsets.size())},
                                .postfix = postfix};
-            PopulationOptions o = optionsOf(std::move(variables), f64, literals);
+            PopulationOptions o = optionsOf(std::move(variables), f64, literals, method, gpuId);
             py::gil_scoped_release release;
             return take(Population::fromArrays(a, o));
           },
           py::arg("codes"), py::arg("values"), py::arg("offsets"), py::arg("postfix"), py::arg("variables"),
-          py::arg("f64"), py::arg("literals_as_constants"))
+          py::arg("f64"), py::arg("literals_as_constants"), py::arg("method") = "auto", py::arg("gpu_id") = 0)
       .def("__len__", &Population::size)
       .def_property_readonly("errors",
                              [](const Population &p) {

@@ -97,6 +97,20 @@ def test_bad_members_are_reported_and_scored_nan():
         hsnn.Population(["x0"], variables=["x0", "x0"])
 
 
+def test_the_method_is_checked_and_cuda_needs_a_gpu():
+    with pytest.raises(ValueError, match=r"a population runs on cpu_interp or cuda, not cpu_jit \(cpu_jit compiles "
+                                         r"layers: ActivationLayer\)"):
+        hsnn.Population(["x0"], variables=["x0"], method="cpu_jit")
+    X, y = _data(50)
+    pop = hsnn.Population(["x0 + x1"], variables=["x0", "x1", "x2"], method="cpu_interp")
+    assert np.isfinite(pop.fitness(X, y)[0])
+    if hsnn.runtime_info()["num_gpus"] > 0:
+        pytest.skip("this machine has a GPU: the GPU tests run populations there")
+    gpu = hsnn.Population(["x0 + x1"], variables=["x0", "x1", "x2"], method="cuda")
+    with pytest.raises(Exception, match="CUDA|GPU|libcuda"):
+        gpu.fitness(X, y)
+
+
 def test_arrays_in_prefix_and_postfix_order():
     c = hsnn.op_codes()
     # x0 * sin(x1) + 2.5, and c * x0 with c fit-able (starting at 3), as padded rows

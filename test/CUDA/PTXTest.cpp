@@ -1,7 +1,7 @@
 //===- test/CUDA/PTXTest.cpp - PTX for every op and kernel kind passes ptxas ---===//
 //
-// Without a GPU: every op and built-in, every kernel kind, f32 and f64, for
-// sm_80 and sm_90, generated through NVPTX (with hsnn's math library: no
+// Without a GPU: every op and built-in, every kernel kind (and the
+// populations' interpreter), f32 and f64, for sm_80 and sm_90, generated through NVPTX (with hsnn's math library: no
 // libdevice, no external calls) and assembled by ptxas.
 //===----------------------------------------------------------------------===//
 #include "CodeGen/PTXCompiler.h"
@@ -87,6 +87,12 @@ Requests allKernels(DType dtype) {
       r.symbols.push_back(r.spec.losses.back().symbol);
     }
   }
+  // The populations' interpreter: values, and scores with the first loss.
+  r.spec.populations.push_back({"population_values", dtype, nullptr});
+  r.spec.populations.push_back(
+      {"population_scores", dtype, r.spec.losses.front().program});
+  for (const auto &p : r.spec.populations)
+    r.symbols.push_back(p.symbol);
   r.spec.sumKernel = "add_partials";
   r.symbols.push_back(r.spec.sumKernel);
   return r;

@@ -62,7 +62,9 @@ Times the kernels on 2^24-element workloads, each next to a STREAM-like copy
       exp/log/sin/cos) scored by MSE: prepare, score, both, constants'
       gradients, beside the same formulas' cpu_jit and cpu_interp layers
       and a copy's GB/s; N = 1000 over 100 and 1000 rows, with --reps 10
-      or more also N = 10^4 and up to 10^5 rows (not part of all)
+      or more also N = 10^4 and up to 10^5 rows (not part of all); with
+      --device cuda[:N] on the GPU (host arrays, one launch a call), N =
+      1000 and 10^4 over 1000 and 10^5 rows, beside a device copy's GB/s
   latency  (--device cuda) per-call time of the W1 layer's forward at
       64 x 32, 256 x 1024 and 256 x 65536 nodes x batch, both layouts:
       launch, kernel and synchronization, next to a copy of the same bytes
@@ -547,12 +549,17 @@ int runBench(std::span<const std::string_view> args) {
     o.method = Method::Cuda;
     if (auto backend = getBackend(o.device); !backend)
       return failed(backend.error());
-    if (o.workload == "compile" || o.workload == "all")
-      if (Error e = runGpuCompileBench(o, gpuCompile))
+    if (o.workload == "population") {
+      if (Error e = runPopulationBench(o, population))
         return failed(e);
-    for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes)
-      if (Error e = runGpuBench(o, dt, results))
-        return failed(e);
+    } else {
+      if (o.workload == "compile" || o.workload == "all")
+        if (Error e = runGpuCompileBench(o, gpuCompile))
+          return failed(e);
+      for (DType dt : o.workload == "compile" ? std::vector<DType>{} : o.dtypes)
+        if (Error e = runGpuBench(o, dt, results))
+          return failed(e);
+    }
   } else {
     if (o.workload == "latency")
       return usage("the latency workload times GPU calls: give --device cuda[:N]");

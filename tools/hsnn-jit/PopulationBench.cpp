@@ -6,16 +6,19 @@
 // a target: prepare (Population::create), score (fitness), both, and the
 // constants' gradients, beside the same formulas in a cpu_jit layer (one
 // forward over the input tiled to N x rows: the compiled speed) and a
-// STREAM-like copy measured in the same row. Node evaluations per second =
+// STREAM-like copy measured in the same row. With --device cuda the
+// populations run on the GPU, beside a device-to-device copy. Node evaluations per second =
 // the formulas' sizes summed x rows / time.
 //
 //===----------------------------------------------------------------------===//
 #include "PopulationBench.h"
 #include "RandomFormulas.h"
 
+#include "hsnn/Backend.h"
 #include "hsnn/Population.h"
 #include "hsnn/Runtime.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -34,6 +37,29 @@ double copyGBs(int reps) {
     });
   });
   return 2.0 * double(kBytes) / (ms * 1e6);
+}
+
+// A device-to-device copy of 64 MB on `device` ("cuda:N"): the GPU rows'
+// bandwidth reference.
+Expected<double> deviceCopyGBs(const std::string &device, int reps) {
+  constexpr size_t kCount = size_t(16) << 20;
+  auto backend = getBackend(device);
+  if (!backend)
+    return backend.error();
+  auto a = (*backend)->allocate(kCount, DType::F32), b = (*backend)->allocate(kCount, DType::F32);
+  for (auto *m : {&a, &b})
+    if (!*m)
+      return m->error();
+  Error failed;
+  double ms = medianMs(reps, [&] {
+    if (Error e = (*backend)->copy(*b, *a, kCount * 4); e && !failed)
+      failed = e;
+    if (Error e = (*backend)->synchronize(); e && !failed)
+      failed = e;
+  });
+  if (failed)
+    return failed;
+  return 2.0 * double(kCount * 4) / (ms * 1e6);
 }
 
 template <class T>
@@ -58,7 +84,12 @@ Error runRow(const BenchOptions &o, bool math, size_t n, size_t rows, bool withL
       s = fmt::format("{} + {}", s, k); // a different tape, the same work
     return f;
   };
+  bool gpu = o.device != "cpu";
   PopulationOptions po{.variables = {"num"}, .dtype = dt};
+  if (gpu) {
+    po.method = Method::Cuda;
+    po.gpuId = o.device == "cuda" ? 0 : std::atoi(o.device.c_str() + 5);
+  }
   {
     auto warm = Population::create(fresh(-1), po); // op kernels loaded, pages touched
     if (!warm)
@@ -95,6 +126,14 @@ Error runRow(const BenchOptions &o, bool math, size_t n, size_t rows, bool withL
   });
   if (failed)
     return failed;
+  if (gpu) { // gradients run on the CPU; the bandwidth reference is the device's
+    auto copy = deviceCopyGBs(o.device, o.reps);
+    if (!copy)
+      return copy.error();
+    r.copyGBs = *copy;
+    out.push_back(r);
+    return Error::success();
+  }
   PopulationOptions fitted = po;
   fitted.literalsAsConstants = true;
   auto withConstants = Population::create(formulas, fitted);
@@ -139,6 +178,20 @@ Error runRow(const BenchOptions &o, bool math, size_t n, size_t rows, bool withL
 } // namespace
 
 Error runPopulationBench(const BenchOptions &o, std::vector<PopulationRow> &out) {
+  if (o.device != "cpu") {
+    // Each row is one launch a call: no N x rows arrays, so the largest
+    // rows (10^4 formulas x 10^5 rows) are what a GPU is for.
+    for (DType dt : o.dtypes)
+      for (bool math : {false, true})
+        for (size_t n : {size_t(1000), size_t(10000)})
+          for (size_t rows : {size_t(1000), size_t(100000)}) {
+            Error e = dt == DType::F32 ? runRow<float>(o, math, n, rows, false, out)
+                                       : runRow<double>(o, math, n, rows, false, out);
+            if (e)
+              return e;
+          }
+    return Error::success();
+  }
   bool full = o.reps >= 10;
   std::vector<size_t> rowCounts = full ? std::vector<size_t>{100, 1000, 10000, 100000} : std::vector<size_t>{100, 1000};
   for (DType dt : o.dtypes)
