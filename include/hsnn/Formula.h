@@ -139,6 +139,12 @@ struct PrintOptions {
   /// fails at its tails (gelu'(+inf) = 1, not inf*0): printed as Piecewise.
   /// Off, the text is the function on the reals, as SymPy would write it.
   bool guards = false;
+  /// The functions SymPy's parser (sympify) does not know written in its
+  /// terms: sigmoid(u) as 1/(1 + exp(-u)), softplus(u) as log(1 + exp(u)),
+  /// log1p(u) as log(1 + u), expm1(u) as exp(u) - 1. Off, they are hsnn's
+  /// own, which hsnn reads back exactly (the same stable forms; its parser
+  /// recognizes the spelled-out ones only for simple arguments).
+  bool sympy = false;
   /// A population's variables (ParseOptions::variables): Variable(i) is
   /// written variables[i].
   std::span<const std::string> variables{};

@@ -71,7 +71,7 @@ public:
       else
         break;
     }
-    bool parens = precedence(e) < minPrec;
+    bool parens = precedenceOf(e) < minPrec;
     if (parens)
       out += '(';
     printBare(e);
@@ -80,6 +80,56 @@ public:
   }
 
 private:
+  /// precedence(e), or that of the SymPy spelling printed for it.
+  int precedenceOf(Expr e) const {
+    if (opt_.sympy && e->op() == Op::Sigmoid)
+      return PMul; // 1/(...)
+    if (opt_.sympy && e->op() == Op::Expm1)
+      return PAdd; // exp(u) - 1
+    return precedence(e);
+  }
+
+  // exp(-u), or exp(v) for u = -v.
+  void printExpOfNegated(Expr u) {
+    out += "exp(";
+    if (u->op() == Op::Neg) {
+      print(u->arg(0));
+    } else {
+      out += '-';
+      print(u, PUnary);
+    }
+    out += ')';
+  }
+
+  /// The SymPy spelling of an op sympify does not know (PrintOptions::sympy);
+  /// false where the op is one it knows.
+  bool printForSympy(Expr e) {
+    switch (e->op()) {
+    case Op::Sigmoid:
+      out += "1/(1 + ";
+      printExpOfNegated(e->arg(0));
+      out += ')';
+      return true;
+    case Op::Softplus:
+      out += "log(1 + exp(";
+      print(e->arg(0));
+      out += "))";
+      return true;
+    case Op::Log1p:
+      out += "log(1 + ";
+      print(e->arg(0), PAdd + 1);
+      out += ')';
+      return true;
+    case Op::Expm1:
+      out += "exp(";
+      print(e->arg(0));
+      out += ") - 1";
+      return true;
+    default:
+      return false;
+    }
+  }
+
   void printBare(Expr e) {
     const OpInfo &info = opInfo(e->op());
     switch (e->op()) {
@@ -138,6 +188,8 @@ private:
     default:
       break;
     }
+    if (opt_.sympy && printForSympy(e))
+      return;
     if (isSquare(e)) {
       print(e->arg(0), PAtom);
       out += "**2";

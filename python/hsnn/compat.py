@@ -470,7 +470,7 @@ class SymbolicJITCompiler:
             parsed = _core.parse(text, mode)
         except ValueError as e:
             raise _seed_class("FormulaParsingError")(_seed_message(func_str, str(e).split(": ", 1)[-1], mode)) from None
-        return parsed["canonical"], _core.diff(text, mode), set(parsed["constants"])
+        return parsed["canonical"], _core.diff(text, mode, sympy=False), set(parsed["constants"])
 
 
 def _host(x):

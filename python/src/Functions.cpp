@@ -23,26 +23,29 @@ void bindFunctions(py::module_ &m) {
   auto mode = [](const std::string &s) {
     return choose<FormulaMode>("mode", s, {{"activation", FormulaMode::Activation}, {"loss", FormulaMode::Loss}});
   };
-  m.def("parse", [mode](const std::string &formula, const std::string &m, bool guards) {
+  m.def("parse", [mode](const std::string &formula, const std::string &m, bool guards, bool sympy) {
         ExprContext ctx;
         Formula f = take(parseFormula(ctx, formula, {mode(m)}));
         py::dict d;
-        d["canonical"] = print(f.expr, {f.variable, guards});
+        d["canonical"] = print(f.expr, {.variable = f.variable, .guards = guards, .sympy = sympy});
         d["constants"] = f.constants;
         d["defaults"] = f.defaults;
         return d;
-      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false,
+      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false, py::arg("sympy") = false,
       "the canonical form and the constants a formula needs (guards: also the branches kernels take at a "
-      "built-in's tails)");
-  m.def("diff", [mode](const std::string &formula, const std::string &m, bool guards) {
+      "built-in's tails; sympy: sigmoid, softplus, log1p and expm1 in SymPy's terms)");
+  // Derivatives are mostly read into SymPy, so they are written in its
+  // terms by default; the canonical form is hsnn's own (it reads back exactly).
+  m.def("diff", [mode](const std::string &formula, const std::string &m, bool guards, bool sympy) {
         ExprContext ctx;
         FormulaMode fm = mode(m);
         Formula f = take(parseFormula(ctx, formula, {fm}));
         return print(differentiate(ctx, f.expr, fm == FormulaMode::Loss ? Variable::YPred : Variable::Num),
-                     {f.variable, guards});
-      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false,
-      "the simplified derivative (d/dnum, or d/dy_pred); guards: also the branches kernels take at a built-in's "
-      "tails, where its floating-point form is inf*0");
+                     {.variable = f.variable, .guards = guards, .sympy = sympy});
+      }, py::arg("formula"), py::arg("mode") = "activation", py::arg("guards") = false, py::arg("sympy") = true,
+      "the simplified derivative (d/dnum, or d/dy_pred), in SymPy's terms (sympy=False: hsnn's own sigmoid, "
+      "softplus, log1p, expm1); guards: also the branches kernels take at a built-in's tails, where its "
+      "floating-point form is inf*0");
 
   m.def("builtins", [] {
     py::list out;

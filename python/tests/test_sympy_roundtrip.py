@@ -1,8 +1,10 @@
 """hsnn's printed formulas and derivatives read back into SymPy as the same functions.
 
-Every built-in (activations and losses) and every derivative hsnn prints is
-handed to ``sympy.sympify`` and evaluated at many points; the values must
-agree with hsnn's own (the interpreter, float64) to 1e-9 relative.
+Every built-in (activations and losses) and every derivative hsnn prints
+(``hsnn.diff``, and ``hsnn.parse(..., sympy=True)``) is handed to
+``sympy.sympify`` with nothing but the variables defined, so every function in
+the text must be one SymPy knows, and evaluated at many points; the values
+must agree with hsnn's own (the interpreter, float64) to 1e-9 relative.
 """
 import math
 
@@ -21,9 +23,14 @@ Y_TRUE = [0.0, 0.3, 1.0]
 
 def _locals():
     v = sympy.Symbol("v")
-    return v, {"num": v, "x": v, "z": v, "sigmoid": lambda u: 1 / (1 + sympy.exp(-u)),
-               "softplus": lambda u: sympy.log(1 + sympy.exp(u)), "erfc": sympy.erfc,
-               "log1p": lambda u: sympy.log(1 + u), "expm1": lambda u: sympy.exp(u) - 1}
+    return v, {"num": v, "x": v, "z": v}
+
+
+def _sympify(text, locals_):
+    expr = sympy.sympify(text, locals=locals_)
+    undefined = expr.atoms(sympy.core.function.AppliedUndef)
+    assert not undefined, (text, undefined)  # a function SymPy does not know
+    return expr
 
 
 def _agree(got, want, text, at):
@@ -33,11 +40,11 @@ def _agree(got, want, text, at):
 
 
 def _check_activation(formula, constants, derivative):
-    text = hsnn.diff(formula) if derivative else hsnn.parse(formula)["canonical"]
+    text = hsnn.diff(formula) if derivative else hsnn.parse(formula, sympy=True)["canonical"]
     v, locals_ = _locals()
     for name, value in constants.items():
         locals_[name] = sympy.Float(value)
-    expr = sympy.sympify(text, locals=locals_)
+    expr = _sympify(text, locals_)
     for at in POINTS:
         want = hsnn.eval(formula, at, constants=constants, derivative=derivative)
         _agree(complex(sympy.N(expr.subs(v, at), 30)), want, text, at)
@@ -63,12 +70,23 @@ def test_every_builtin_and_derivative_reads_back_in_sympy(builtin):
     for pname, value in builtin["params"].items():
         locals_[pname] = sympy.Float(value)
     for derivative in (False, True):
-        text = hsnn.diff(name, mode="loss") if derivative else hsnn.parse(name, mode="loss")["canonical"]
-        expr = sympy.sympify(text, locals=locals_)
+        text = hsnn.diff(name, mode="loss") if derivative else hsnn.parse(name, mode="loss", sympy=True)["canonical"]
+        expr = _sympify(text, locals_)
         for yt in Y_TRUE:
             for at in ([0.05, 0.3, 0.7, 0.95] if name == "bce" else POINTS):
                 want = hsnn.eval(name, at, y_true=yt, derivative=derivative)
                 _agree(complex(sympy.N(expr.subs({yp_: at, yt_: yt}), 30)), want, text, (at, yt))
+
+
+def test_sympy_spellings_on_request():
+    # hsnn's own functions by default (they read back exactly), SymPy's terms for SymPy.
+    assert hsnn.diff("softplus", sympy=False) == "sigmoid(num)"
+    assert hsnn.diff("softplus") == "1/(1 + exp(-num))"
+    assert hsnn.parse("softplus(x**2 - 1)")["canonical"] == "softplus(x**2 - 1)"
+    assert hsnn.parse("softplus(x**2 - 1)", sympy=True)["canonical"] == "log(1 + exp(x**2 - 1))"
+    assert hsnn.parse("sigmoid(-x)", sympy=True)["canonical"] == "1/(1 + exp(x))"
+    assert hsnn.parse("log1p(x - 1)*expm1(x)**2", sympy=True)["canonical"] == "log(1 + (x - 1))*(exp(x) - 1)**2"
+    assert hsnn.parse("2/sigmoid(x)", sympy=True)["canonical"] == "2/(1/(1 + exp(-x)))"
 
 
 def test_guards_print_on_request():

@@ -141,3 +141,34 @@ TEST_CASE("SymPy's Eq, Ne, Lt..Ge, Rational, Mod, log2, log10 and cbrt parse, an
   CHECK(message("Rational(x, 2)") == "Rational takes two integers, e.g. Rational(1, 3)");
   CHECK(message("Mod(x)") == "Mod takes 2 arguments, got 1");
 }
+
+TEST_CASE("PrintOptions::sympy spells out what SymPy does not read, and the text is the same function") {
+  // Every activation built-in and its derivative: no sigmoid, softplus,
+  // log1p or expm1 call left, and hsnn reads the text back to the same
+  // values (exactly where it recognizes the spelled-out form, within
+  // rounding where the argument is compound).
+  for (const BuiltinInfo &b : builtins()) {
+    if (b.mode != FormulaMode::Activation)
+      continue;
+    ExprContext ctx;
+    CAPTURE(b.name);
+    Formula f = mustParse(ctx, b.name);
+    for (Expr e : {f.expr, differentiate(ctx, f.expr, Variable::Num)}) {
+      std::string text = print(e, {.sympy = true});
+      CAPTURE(text);
+      for (const char *unknown : {"sigmoid(", "softplus(", "log1p(", "expm1("})
+        CHECK(text.find(unknown) == std::string::npos);
+      Formula back = mustParse(ctx, text);
+      for (double at : {-3.0, -0.7, 0.0, 0.4, 2.5}) {
+        CAPTURE(at);
+        double want = evalAt<double>(e, at, 0, f.defaults), got = evalAt<double>(back.expr, at, 0, f.defaults);
+        CHECK((got == doctest::Approx(want).epsilon(1e-12) || (std::isnan(got) && std::isnan(want))));
+      }
+    }
+  }
+  ExprContext ctx;
+  CHECK(print(mustParse(ctx, "sigmoid(x)").expr, {.sympy = true}) == "1/(1 + exp(-num))");
+  CHECK(print(mustParse(ctx, "2**sigmoid(x)").expr, {.sympy = true}) == "2**(1/(1 + exp(-num)))");
+  CHECK(print(mustParse(ctx, "expm1(x)**2").expr, {.sympy = true}) == "(exp(num) - 1)**2");
+  CHECK(print(mustParse(ctx, "softplus(x)").expr) == "softplus(num)"); // hsnn's own by default
+}

@@ -18,20 +18,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss] [--guards] [--json] [-v]
+constexpr const char *kParseHelp = R"(usage: hsnn-jit parse FORMULA [--mode activation|loss] [--guards] [--sympy] [--json] [-v]
 
 Prints the canonical (simplified) form of FORMULA and the constants it needs,
 with the defaults that built-ins supply. Without --mode, a formula that only
 makes sense as a loss (y_pred, y_true, mse, ...) is read as one. --guards
 also prints the branches kernels take at a built-in's tails, where its
-floating-point form would give inf*0 (gelu, silu, mish).
+floating-point form would give inf*0 (gelu, silu, mish). --sympy writes
+sigmoid, softplus, log1p and expm1, which SymPy does not read, in its terms.
 )";
-constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--order K] [--mode activation|loss] [--guards] [--json] [-v]
+constexpr const char *kDiffHelp = R"(usage: hsnn-jit diff FORMULA [--order K] [--mode activation|loss] [--guards] [--sympy] [--json] [-v]
 
 Prints the simplified derivative on one line: d/dnum for activations,
 d/dy_pred for losses; --order K (1 to 8) differentiates K times. The text is the function on the reals, as SymPy
 reads it; --guards also prints the branches kernels take at a built-in's
-tails (gelu'(+inf) is 1 where the printed form is inf*0).
+tails (gelu'(+inf) is 1 where the printed form is inf*0); --sympy writes
+sigmoid, softplus, log1p and expm1 in SymPy's terms (hsnn.diff's default).
 )";
 constexpr const char *kEvalHelp =
     R"(usage: hsnn-jit eval FORMULA --at X [--y-true T] [--const NAME=VALUE ...]
@@ -73,6 +75,7 @@ struct Options {
   bool json = false;
   bool verbose = false; // -v: where the time went, on stderr
   bool guards = false;  // PrintOptions::guards
+  bool sympy = false;   // PrintOptions::sympy
 };
 
 // Returns an exit code on failure, nullopt to go on.
@@ -100,6 +103,8 @@ std::optional<int> parseOptions(std::string_view command, std::span<const std::s
       o.verbose = true;
     } else if (!evalOptions && a == "--guards") {
       o.guards = true;
+    } else if (!evalOptions && a == "--sympy") {
+      o.sympy = true;
     } else if (a == "--mode") {
       auto v = value();
       if (!v || (*v != "activation" && *v != "loss"))
@@ -215,6 +220,7 @@ int runParse(std::span<const std::string_view> args) {
   const Formula &f = *parsed;
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms\n", parseMs);
+  PrintOptions printed{.variable = f.variable, .guards = o.guards, .sympy = o.sympy};
   if (o.json) {
     std::vector<std::string> cs;
     for (const std::string &c : f.constants) {
@@ -222,11 +228,11 @@ int runParse(std::span<const std::string_view> args) {
       cs.push_back(it == f.defaults.end() ? fmt::format("{{\"name\": {}}}", jsonQuote(c))
                                           : fmt::format("{{\"name\": {}, \"default\": {}}}", jsonQuote(c), it->second));
     }
-    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr, {f.variable, o.guards})),
+    fmt::print("{{\"canonical\": {}, \"mode\": \"{}\", \"constants\": [{}]}}\n", jsonQuote(print(f.expr, printed)),
                f.mode == FormulaMode::Loss ? "loss" : "activation", fmt::join(cs, ", "));
     return Ok;
   }
-  fmt::print("{}\n", print(f.expr, {f.variable, o.guards}));
+  fmt::print("{}\n", print(f.expr, printed));
   std::vector<std::string> names;
   for (const std::string &c : f.constants) {
     auto it = f.defaults.find(c);
@@ -252,7 +258,7 @@ int runDiff(std::span<const std::string_view> args) {
   Expr d = f.expr;
   for (unsigned k = 0; k < (o.orderGiven ? o.order : 1); ++k)
     d = differentiate(ctx, d, v);
-  std::string derivative = print(d, {f.variable, o.guards});
+  std::string derivative = print(d, {.variable = f.variable, .guards = o.guards, .sympy = o.sympy});
   if (o.verbose)
     fmt::print(stderr, "parse+simplify: {:.3f} ms, differentiate: {:.3f} ms\n", parseMs, msSince(t1));
   if (o.json)
