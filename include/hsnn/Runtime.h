@@ -114,8 +114,8 @@ private:
 /// A thread pool of the application's that hsnn's CPU kernels may spread
 /// their work over instead of hsnn's own (TBB) threads: two pools on the
 /// same cores compete. PyTorch's OpenMP threads spin for a while after each
-/// op, and hsnn's kernels called between PyTorch ops ran up to 4x slower
-/// beside them (4096 x 256 f32, 2 cores); hsnn.torch hands PyTorch's pool.
+/// op, and hsnn's kernels called between PyTorch ops ran several times
+/// slower beside them (on 2 cores); hsnn.torch hands PyTorch's pool.
 struct ParallelFor {
   /// Calls body(ctx, begin, end) over disjoint ranges that cover
   /// [0, tasks), of at least `grain` tasks where there are enough, and

@@ -39,7 +39,8 @@ uint64_t xcr0() {
 }
 
 // `sep` then v in lowercase hex. Not fmt: this runs on every cache hit, and
-// fmt's formatting code, cold in a fresh process, measured 0.1 ms of one.
+// fmt's formatting code, cold in a fresh process, measured a noticeable
+// share of one.
 void appendHex(std::string &f, char sep, uint64_t v) {
   char buf[17];
   f += sep;
@@ -57,8 +58,8 @@ HostId identifyX86() {
     for (int i = 1; i < 4; ++i)
       appendHex(f, ',', r[i]);
   };
-  // A cpuid exits the virtual machine: ~47 us each on the reference VM,
-  // where 13 of them were a quarter of a cache hit. glibc keeps the raw
+  // A cpuid exits the virtual machine, slowly: on the reference VM the 13 of
+  // them were a large share of a cache hit. glibc keeps the raw
   // values of most of these leaves from its start-up (zeros for a leaf the
   // CPU does not have, so the maximum extended leaf needs no entry of its
   // own); leaf 0 (the vendor) and AVX10's leaf 0x24 are asked directly.

@@ -1,7 +1,7 @@
 //===- lib/CPU/HostId.h - The host CPU, identified without LLVM -*- C++ -*-===//
 //
 // A cache hit of linked kernels must not start LLVM: asking LLVM for the
-// host's CPU name and features was ~0.65 ms of a 2.4 ms hit (cpuid exits
+// host's CPU name and features was a large share of such a hit (cpuid exits
 // the VM, ~13 times, and LLVM's detection code runs cold). The host is
 // instead identified by the raw values of every cpuid leaf and the XCR0
 // register that LLVM 19's host detection reads (llvm/lib/TargetParser/

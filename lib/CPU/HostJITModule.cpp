@@ -12,9 +12,9 @@ Expected<HostJIT *> HostJIT::get() {
   return (*m)->hostJit();
 }
 
-// Looking for the module costs a cache hit ~0.3 ms of system calls on a VM
-// (readlink, stats); a module that is missing makes the compile fail, and
-// that falls back like any JIT failure.
+// Not looked for: that would cost a cache hit system calls (readlink,
+// stats), slow on a VM; a module that is missing makes the compile fail,
+// and that falls back like any JIT failure.
 bool HostJIT::available() {
 #if HSNN_HAS_CODEGEN_MODULE
   return true;

@@ -25,7 +25,7 @@ namespace {
 // at most 128 kernels (formula tapes, as progress counts them) but never
 // less than one function. The limit keeps progress fine and exits prompt:
 // a background compile stops only between objects, and with the inlined
-// math library 768 tapes of sin and tanh took 2.7 s.
+// math library an object of many sin and tanh tapes took seconds.
 constexpr size_t kSmallChunks = 4, kMaxTapesPerChunk = 128;
 
 // Bump it when the objects' layout or entry points change; the code
@@ -255,7 +255,7 @@ private:
   // beside the kernels' compiles.
   Error loadOrCompile() {
     // Cache hits on this thread: a fresh process that finds every object
-    // cached then never starts TBB's workers (2-3 ms of a 10 ms hit here).
+    // cached then never starts TBB's workers (a large share of such a hit).
     std::vector<size_t> misses;
     for (size_t c = 0; c < chunks_; ++c)
       if (auto object = cache_ ? cache_->load(CacheCategory::Cpu, keys_[c]) : std::nullopt) {

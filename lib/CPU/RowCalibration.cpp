@@ -27,10 +27,11 @@ namespace {
 // a select, an affine slot), f32, forward and backward (two inputs), at
 // 16384 x 256: 16 MiB an array, 48 MiB with err and the output, past a 32
 // MiB L3. Whether prefetching pays shows only there: on a Zen 4 in L3 the
-// candidates were within 12% of each other and the winner changed from
-// run to run, while at 2^24 elements 4 KiB ahead made W2 backward 1.4x
-// nodes-major against 0.9x without. Rounds alternate the candidates, so a
-// drift of the machine's bandwidth falls on all of them alike.
+// candidates were close and the winner changed from run to run, while at
+// 2^24 elements 4 KiB ahead left W2's batch-major backward well behind its
+// nodes-major one and no prefetch ahead of it. Rounds alternate the
+// candidates, so a drift of the machine's bandwidth falls on all of them
+// alike.
 constexpr const char *kProbeFormulas[] = {"relu", "sigmoid", "tanh", "gelu", "silu", "softplus", "sin(num)",
                                           "0.5*num+0.1"};
 constexpr size_t kProbeNodes = 256, kProbeBatch = 16384, kRounds = 3;

@@ -1,13 +1,14 @@
 //===- lib/CPU/RowCalibration.h - Row kernel shapes measured on the host -*- C++ -*-===//
 //
 // Which row-kernel shape (RowShape.h) is fastest depends on the machine:
-// on a Zen 4 prefetching 4 KiB ahead made W2 backward 1.4x nodes-major in
-// one week's measurements and nothing at all 0.9x; an Intel VM wanted one
-// block a pass, the Zen 4 four. Rather than a table by CPU name that each
-// new machine would need measured by hand, the cpu_jit engine times the
-// candidate shapes on the host once, on a probe layer, and stores the
-// winner in the disk cache under the host's identity. Only a compile that
-// builds row kernels asks for it; a cache hit never does.
+// on a Zen 4 prefetching 4 KiB ahead made W2's batch-major backward slower
+// than its nodes-major one in one week's measurements, and no prefetch
+// faster; an Intel VM wanted one block a pass, the Zen 4 four. Rather than
+// a table by CPU name that each new machine would need measured by hand,
+// the cpu_jit engine times the candidate shapes on the host once, on a
+// probe layer, and stores the winner in the disk cache under the host's
+// identity. Only a compile that builds row kernels asks for it; a cache
+// hit never does.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -20,7 +20,8 @@ namespace hsnn::detail {
 
 // Batch-major elements per row-kernel call: a nodes-major task's (forBlocks
 // groups two 4096-element calls). Calls of 65536 gave two threads 8 tasks at
-// batch 2048, which they shared unevenly: 1.24x nodes-major against 1.15.
+// batch 2048, which they shared unevenly: batch-major fell further behind
+// nodes-major than with these.
 inline constexpr size_t kRowTaskElements = 8192;
 
 /// Runs segment g's kernel fns[g] over the batch x nodes arrays; its

@@ -181,7 +181,7 @@ private:
 
   // Exit first lets the queue finish, for a while: a short process (one
   // compile, then exit) would otherwise never leave a linked entry, and a
-  // link takes ~10 ms with ld.bfd (exit waits at most a second, however
+  // link with ld.bfd is quick (exit waits at most a second, however
   // many layers are queued). Then it stops the thread: a linker
   // still running is killed, and the thread removes its files.
   void stopForExit() {

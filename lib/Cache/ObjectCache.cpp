@@ -103,7 +103,7 @@ std::string refuseReason(const struct stat &st, uid_t euid) {
 }
 
 // Creates dir (mode 0700; parents as usual) if missing; "" when usable.
-// One stat when it exists: every system call is ~10-60 us on a virtual
+// One stat when it exists: every system call is slow on a virtual
 // machine, and a cache hit opens the cache once.
 std::string prepareDir(const std::string &dir, uid_t euid, bool followLink = true) {
   struct stat st;

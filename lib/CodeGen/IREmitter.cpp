@@ -59,26 +59,23 @@ public:
     unsigned elemBits = unsigned(et->getPrimitiveSizeInBits().getFixedValue());
     // Elementwise kinds run two registers' worth of lanes a step: the math
     // library's chains of dependent FMAs are long, and two independent ones
-    // interleaved keep the FMA units busier. One thread, data in cache,
-    // AVX-512: 3-14% less time an element over exp, log, log1p, tanh,
-    // sigmoid, sin, erf, erfc and gelu, both dtypes; four registers gave
-    // 4-22% but 2.4x the W1 layer's cold compile (40 -> 97 ms; two: 56).
+    // interleaved keep the FMA units busier (less time an element over the
+    // math functions and gelu, both dtypes, AVX-512); four registers were a
+    // little faster again but made the W1 layer's cold compile far longer.
     // f32 loss sums too: a step's terms are added in groups of one register
     // of doubles before the compensated sum (Sum), which then runs over one
     // register: its adds, on the two add ports, were what the loop waited
-    // on (llvm-mca znver3: 9.5 cycles a step of 8 floats for mse). One
-    // thread, 2^16 floats in cache, A/B, AVX-512 (AVX2): the means of mse
-    // 0.48x (0.59x), huber 0.56x (0.63x), bce 0.75x (0.80x) the time with
-    // one register of terms a step and a sum as wide. f64 sums keep one
+    // on (llvm-mca). With the groups mse's, huber's and bce's means took
+    // much less time than with one register of terms a step and a sum as
+    // wide (AVX2 and AVX-512; the DEVLOG has the runs). f64 sums keep one
     // register and no groups: a double add of two doubles rounds, which
     // the compensation would not see (4 ulp off in a sum of condition 6e4,
     // where it is within 1), and exact group adds cost what they save.
     // Where the terms call the math library (bce's log and log1p,
     // bce_with_logits' softplus), f64
     // sums take two registers a step all the same, the sum as wide (every
-    // lane compensated, nothing grouped): one thread, 2^16 doubles in
-    // cache, bce's mean 0.87x (AVX2) and 0.92x (AVX-512) the time, a mean
-    // of log 0.91x and 0.94x; mse's took 1.2x with two on AVX-512, so
+    // lane compensated, nothing grouped): bce's mean and a mean of log
+    // measured faster so, but mse's slower on AVX-512, so
     // plain arithmetic keeps one. The constants' gradients keep one too.
     lowering_.setOutlineMath(outlinesMath(r));
     const bool groupedSum = kindInfo(r.kind).summing && et->isFloatTy();
@@ -149,7 +146,7 @@ public:
         else if (part)
           loaded[part][a] = b.CreateMaskedLoad(vt, b.CreateInBoundsGEP(et, fn->getArg(a), idx), align, mask,
                                                Constant::getNullValue(vt));
-        else { // ahead of each whole vector: W1 f32 nodes-major, two threads at 2^24, forward 8.7 -> 5.9 ms
+        else { // prefetch ahead of each whole vector: measured faster on W1's nodes-major forward
           Value *at = b.CreateInBoundsGEP(et, fn->getArg(a), idx);
           prefetchAhead(b, at);
           loaded[part][a] = b.CreateAlignedLoad(vt, at, align);

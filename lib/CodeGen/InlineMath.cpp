@@ -7,9 +7,9 @@
 //
 // exp: k = round(x/ln2), r = x - k ln2 (Cody-Waite, exact for the k that
 // occur), exp(r) = 1 + r P(r) rounded once, times 2^k applied as two powers
-// of two (scaleByPow2). Against glibc's _ZGVeN16v_expf, 2^24 floats, one
-// thread: 4.3-4.7 ms against 5.2-5.9, and 0.89 ulp worst over every float;
-// _ZGVeN8v_exp: 7.6 against 8.6 ms, sigmoid 9.1 against 21.7.
+// of two (scaleByPow2). 0.89 ulp worst over every float, and faster than
+// glibc's _ZGVeN16v_expf and _ZGVeN8v_exp on one thread, sigmoid most of
+// all (the DEVLOG has the runs).
 //
 // log and log1p: v = 2^k m with m in [sqrt(1/2), sqrt(2)), f = m - 1 exact
 // by Sterbenz, log(v) = k ln2 + log1p(f). Floats: f + f^2 Q(f), a degree-8
@@ -256,8 +256,8 @@ Value *log1pFull(MathEmitter &m, Value *x) {
 } // namespace
 
 // 1 >= x, so Fast2Sum gives TwoSum's pair; no lane is special (NaN passes
-// through lo). softplus, one thread, in cache: 0.77x (f32) and 0.90-0.93x
-// (f64) the time (AVX2, AVX-512); mish and bce_with_logits 0.86-0.96x.
+// through lo). softplus measured faster so, f32 more than f64, on AVX2 and
+// AVX-512, and mish and bce_with_logits with it.
 Value *emitLog1pOfUnit(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return log1pOfSum(m, m.fastTwoSum(m.c(1), x), false);
@@ -295,8 +295,8 @@ Value *logFull(MathEmitter &m, Value *x) {
 // Only positive normal x take the straight path (the same operations as
 // logFull's there); zeros, subnormals, negatives, inf and NaN are one
 // unsigned compare of the bits away from it. The special cases' selects
-// and the subnormal scaling took as long as the rest of log: one thread in
-// cache, f32 0.54x, f64 0.65x the time without them (AVX-512).
+// and the subnormal scaling took about as long as the rest of log (both
+// dtypes, AVX-512).
 Value *emitLog(IRBuilder<> &b, Value *x) {
   MathEmitter m(b, x->getType());
   return withRareLanes(
@@ -395,9 +395,9 @@ template <class T, class Mul> std::optional<T> bySquaring(unsigned k, T base, Mu
 
 // u**n of floats in double, rounded to float once: at most 8 double
 // roundings for |n| <= 16, so within 1 ulp of the true power where glibc's
-// vector powf is a call costing 2.5 ns an element (0.3 for expf), 13 on a
-// negative base. Past float's range in either direction the double result
-// is still inf or 0 where the float one is.
+// vector powf is a call costing many times its expf an element, and more
+// again on a negative base. Past float's range in either direction the
+// double result is still inf or 0 where the float one is.
 Value *floatPowerInDouble(IRBuilder<> &b, Value *u, int n) {
   Type *t = u->getType(), *dt = t->getWithNewType(b.getDoubleTy());
   std::optional<Value *> acc = bySquaring<Value *>(unsigned(std::abs(n)), b.CreateFPExt(u, dt),
@@ -414,7 +414,8 @@ Value *floatPowerInDouble(IRBuilder<> &b, Value *u, int n) {
 // that sum is not finite (an infinity, NaN, or a product past DBL_MAX,
 // whose error term is then NaN) or the plain product chain alongside it is
 // a zero, the plain chain is the answer: it carries C99 pow's infinities,
-// zeros and signs. glibc's vector pow took 2.4-2.5 ns an element here.
+// zeros and signs. glibc's vector pow is a costly call here (the DEVLOG has
+// its time).
 Value *doublePowerInDoubleDouble(IRBuilder<> &b, Value *x, int n) {
   Type *t = x->getType();
   MathEmitter m(b, t); // TwoProd's error term is exact only in IEEE arithmetic

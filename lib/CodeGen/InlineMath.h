@@ -3,7 +3,7 @@
 // Every function of the formula language written out as IR over a float or
 // a double, scalar or vector: the CPU kernels inline them into their vector
 // loops (a libmvec call spills every vector register the loop holds, and
-// glibc's AVX2 variants ran 2-4x slower than its AVX-512 ones), and the GPU
+// glibc's AVX2 variants ran much slower than its AVX-512 ones), and the GPU
 // kernels use the same IR at one lane instead of libdevice, so CPU and GPU
 // compute the same operations in the same order and give the same bits.
 // FMA where an algorithm wants one (an exact error term), no contraction

@@ -86,9 +86,9 @@ struct KernelRequest {
   /// rowSlots[s]; `program` is then rowSlots[0].
   std::vector<const Program *> rowSlots{};
   /// Elementwise activation kinds, contiguous: one function for these
-  /// tapes (MultiActivationFn), its loop around a switch on `unit`; code
-  /// generation costs ~1.7 ms per function here, most of it the loop, so
-  /// a layer of many formulas compiles ~2x faster. `program` is units[0].
+  /// tapes (MultiActivationFn), its loop around a switch on `unit`: code
+  /// generation's cost here is mostly per function, most of it the loop,
+  /// so a layer of many formulas compiles much faster. `program` is units[0].
   std::vector<const Program *> units{};
 };
 
@@ -161,8 +161,8 @@ struct GpuModuleSpec {
 /// The block size SUM is launched with for `count` partials a segment: a
 /// thread for every partial up to 1024 (whole warps). One warp, as before,
 /// added a loss's ~8000 partials (an H200 full of blocks) one dependent load
-/// after another, ~260 loads at L2 latency: ~40 us, as long as the loss
-/// kernel itself over 2^24 floats.
+/// after another, ~260 loads at L2 latency: as long as the loss kernel
+/// itself over 2^24 floats.
 inline constexpr unsigned sumKernelThreads(uint64_t count) {
   return unsigned(count >= 1024 ? 1024 : count <= 32 ? 32 : (count + 31) / 32 * 32);
 }

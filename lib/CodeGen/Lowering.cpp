@@ -79,18 +79,16 @@ void setCpuKernelAttributes(Function &fn, const EmitOptions &o) {
   fn.addFnAttr(Attribute::NoSync);
   // LLVM's tuning for AVX-512 CPUs prefers 256-bit vectors (for clock
   // throttling in mixed code); these kernels are pure vector math, and
-  // 512-bit vectors measured 10-35% faster on bench W1-W4.
+  // 512-bit vectors measured faster on each of bench W1-W4.
   fn.addFnAttr("prefer-vector-width", std::to_string(o.vectorBits));
   fn.addFnAttr("min-legal-vector-width", std::to_string(o.vectorBits));
   // The stack aligned to 64 bytes on entry, so that vector spills (row
   // kernels spill around every vector math call) never straddle two cache
   // lines: without it LLVM had given rbp to the register allocator, could
   // not realign once it spilled zmm registers, and used unaligned moves, so
-  // a kernel's speed hung on the caller's stack pointer mod 64. W1 f32
-  // batch-major forward, one thread, 8 processes each: 18.6 ms in one of 8
-  // (11.4-11.9 in the others), now 10.8-11.6 in all 10; the bench's
-  // alternating batch/nodes-major ratio 1.17-1.23 in 6 runs of 14, now
-  // 0.96-1.01 in 8 of 8.
+  // a kernel's speed hung on the caller's stack pointer mod 64: W1's
+  // batch-major forward ran slow in some processes and not in others (the
+  // DEVLOG has the runs).
   fn.addFnAttr("stackrealign");
   // noalias: arrays may be the same array (in place: each element is read
   // before it is written) but never partially overlap.
@@ -236,8 +234,8 @@ llvm::Expected<Value *> ElementLowering::lower(IRBuilder<> &b, const Program &p,
   case Op::Pow: {
     // u**n for a constant integer n as |u|**n, u's sign put back for odd n:
     // the same value for every u (C99 F.9.4.4), and glibc's vector pow
-    // takes a scalar path for a negative base (u**5 over [-4, -0.1]: 13.5 ns
-    // an element against 2.5 over [0.1, 4]; one negative lane in 16: 5.3).
+    // takes a scalar path for a negative base, several times slower an
+    // element, and slow even where one lane of 16 is negative.
     auto *c = dyn_cast<Constant>(arg(1));
     auto *n = c ? dyn_cast_or_null<ConstantFP>(c->getType()->isVectorTy() ? c->getSplatValue() : c) : nullptr;
     if (!n || !n->getValueAPF().isInteger())

@@ -50,7 +50,8 @@ void setCpuKernelAttributes(llvm::Function &fn, const EmitOptions &o);
 /// How far ahead the CPU kernels prefetch what they read: a loop that
 /// starts a stream per call (a node's slice of a batch, a row kernel's
 /// rows) or computes long between loads left the hardware prefetchers
-/// behind (measured in RowKernel.cpp and IREmitter.cpp).
+/// behind (measured where RowKernel.cpp and IREmitter.cpp prefetch; the
+/// DEVLOG has the runs).
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 /// A prefetch for reading of the cache line `bytes` after `at`.

@@ -111,9 +111,8 @@ public:
 
   /// The same polynomial as even(x^2) + x odd(x^2): two Horner chains of
   /// half the length, for long polynomials, whose one chain of dependent
-  /// FMAs kept too few loop iterations in flight (f64 erf's 19 terms: one
-  /// thread, data in cache, 5.9 cycles an element with Horner, 4.6 with
-  /// this; erfc 6.9 and 5.7; exp 1.96 and 1.78).
+  /// FMAs kept too few loop iterations in flight (fewer cycles an element
+  /// than Horner for f64 erf's 19 terms, erfc and exp, one thread, in cache).
   template <class C> llvm::Value *hornerEvenOdd(llvm::Value *x, llvm::ArrayRef<C> coef) {
     llvm::SmallVector<C, 16> even, odd;
     for (size_t i = 0; i < coef.size(); ++i)

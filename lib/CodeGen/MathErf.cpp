@@ -22,8 +22,8 @@
 // factor, and a vector without such a lane skips the clamps too; doubles
 // take this form only past 5, always with them).
 // Floats: 1.75 ulp worst over every float, against 3.1 for glibc's erfcf,
-// and 7.7 ms against glibc's 16-wide erfcf's 16.3 for 2^24 floats on one
-// thread (AVX-512). NaN passes through; x < 0 gives
+// and faster than glibc's 16-wide erfcf on one thread (AVX-512; the DEVLOG
+// has the runs). NaN passes through; x < 0 gives
 // 2 - erfc(|x|). Doubles take this form only past |x| = 5; below, erfc is
 // looked up in a table as erf is (erfcByTable).
 //
@@ -174,8 +174,8 @@ NearRow taylorAtRow(MathEmitter &m, Value *a, double upTo, GlobalVariable *rows,
 /// clamped to 6, where erf rounds to 1; the rest of the series is below 2^-69 of erf(x), and the
 /// result is carried by the last two roundings, adding lo and then hi.
 /// 30 arithmetic operations and 3 lookups, where 1 - exp(T) and
-/// x + x F(x^2) both took 60 (one thread, in cache: 0.70x the time with
-/// AVX2's lookups as loads, 0.85x with AVX-512's gathers). 2 million random
+/// x + x F(x^2) both took 60: faster with AVX2's lookups as loads and with
+/// AVX-512's gathers alike (one thread, in cache). 2 million random
 /// doubles against glibc's erfl: 0.50 ulp worst above 0.5 (1.13 before),
 /// 1.39 just above 1/256, where erf(r) - erf'(r) |d| cancels to half of
 /// erf(r) (0.85 before).

@@ -12,13 +12,13 @@
 // The pair is good to 2^-120 (doubles) at the doubles nearest a multiple
 // of pi/2 (r ~ 2^-60.5), and every float below 2^14 is within 0.81 ulp (r
 // rounded to one float gave 1.49). Seven operations where double-double
-// with four parts took 22 (sin f64, one thread, in cache: 0.73x the time on
-// AVX2, 0.70x on AVX-512), and 8 floats no longer make two registers of
-// doubles (sin f32: 0.80x on AVX2, 0.75x on AVX-512). Floats from 2^14 to 2^19 take full-length
+// with four parts took 22, and 8 floats no longer make two registers of
+// doubles: sin measured faster so, f64 and f32, on AVX2 and AVX-512 (one
+// thread, in cache). Floats from 2^14 to 2^19 take full-length
 // parts with TwoProd and TwoSum (reduceMediumFloat, 16 operations; every
-// float there within 0.79 ulp): for such inputs 1.1x the time of the old
-// reduction in double, where reducing them in double again after the
-// short path took 1.5-1.7x. Past 2^19,
+// float there within 0.79 ulp): for such inputs a little slower than the
+// old reduction in double, where reducing them in double again after the
+// short path cost far more. Past 2^19,
 // Payne-Hanek on integers: x = m 2^e times the 256 bits of 2/pi that
 // matter at e (the bits above them give multiples of 4), 128 fraction bits
 // kept. Both run only when some lane needs them (branches in a small
@@ -371,7 +371,7 @@ std::pair<Value *, Value *> sinCosKernel(MathEmitter &m, Value *hi, Value *lo) {
 /// chosen by the lane, as
 ///   sin: hi + fma(hi z, S(z), lo - hz lo),
 ///   cos: w  + fma(z^2, C(z), ((1 - w) - hz) - hi lo).
-/// Half the polynomial work of computing both (sin f32 10% less time).
+/// Half the polynomial work of computing both (measured faster on sin f32).
 Value *sinOrCosKernel(MathEmitter &m, Value *hi, Value *lo, Value *useCos) {
   bool f32 = m.isF32();
   Value *z = m.mul(hi, hi);

@@ -46,7 +46,7 @@ namespace {
 
 // The emitter's kernels are single loops over straight-line vector code,
 // already CSE'd, with constants hoisted: they need a cleanup, not the whole
-// O3 pipeline (which costs ~3x the time for the same machine code).
+// O3 pipeline (which took much longer for the same machine code).
 llvm::FunctionPassManager kernelPipeline(llvm::OptimizationLevel level) {
   llvm::FunctionPassManager fpm;
   fpm.addPass(llvm::InstCombinePass());
@@ -82,8 +82,8 @@ namespace {
 Expected<std::vector<char>> compileModule(llvm::TargetMachine &tm, const PipelineOptions &options, CompileStats *stats,
                                           llvm::function_ref<llvm::Error(llvm::Module &)> emit) {
   auto t0 = Clock::now();
-  // -O1 uses the fast instruction selector and register allocator: about
-  // a third of the compile time for code 5-20% slower (bench W1-W4).
+  // -O1 uses the fast instruction selector and register allocator: a much
+  // shorter compile for somewhat slower code (bench W1-W4).
   tm.setOptLevel(options.optLevel <= 1   ? llvm::CodeGenOptLevel::None
                  : options.optLevel == 2 ? llvm::CodeGenOptLevel::Default
                                          : llvm::CodeGenOptLevel::Aggressive);

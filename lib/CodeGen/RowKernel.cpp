@@ -107,10 +107,10 @@ std::vector<Value *> shuffleRound(IRBuilder<> &b, const std::vector<Value *> &x,
 // cost: within a 128-bit block (q bits) an unpck or shufps, the top block
 // bit a 128-bit shuffle (vshuff32x4, vperm2f128); other block bits need a
 // general two-source permute (vpermt2ps/pd). Measured on Zen 4 (zmm,
-// independent ops): unpck/shufps 2 per cycle, vshuff32x4 1, vpermt2ps 0.8,
-// next to 1 vaddps; the old plan of log2(P) vpermt2ps rounds each way
-// made W1's batch-major forward 1.18x its nodes-major time, this one 1.12x
-// (one thread, in one process, alternating). Bits inside a block are taken through lane bit
+// independent ops), unpck/shufps have the most throughput, then
+// vshuff32x4, then vpermt2ps, below even vaddps; the old plan of log2(P)
+// vpermt2ps rounds each way left W1's batch-major forward further behind
+// its nodes-major time than this one. Bits inside a block are taken through lane bit
 // 0 with a rotation of the block's bits (shufps 0x88/0xDD; undone by
 // unpcklps/unpckhps), so every period bit sent into a block lands there
 // and the block bits are swapped in place. The periods end up in lane
@@ -264,15 +264,15 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   // across rows, up to RowShape::blocksPerPass a pass: on Zen 4 a block's slots are
   // long dependency chains (gelu's erfc, inline exp) that out-of-order
   // execution did not overlap with the next block's, so the pass's copies
-  // of a slot are emitted side by side (W1 f32 forward, one thread, 2^24
-  // elements, batch/nodes-major time: 1.12-1.37 one block a pass, 1.01-1.09
-  // four).
+  // of a slot are emitted side by side (with four blocks a pass W1's
+  // batch-major forward came close to its nodes-major time; with one it
+  // stayed well behind).
   // A row's partial block runs alone, through stack buffers with masked
   // copies, as soon as its full blocks are done, so the streams stay
   // sequential for the prefetchers (blocks taken down the rows, 1 KiB
-  // apart, measured 3-7x slower: every load a miss). Plain vector loads and
-  // stores elsewhere: AVX-512 masked ones measured 3x slower on Zen 4 even
-  // with every lane set.
+  // apart, measured several times slower: every load a miss). Plain vector
+  // loads and stores elsewhere: AVX-512 masked ones measured much slower on
+  // Zen 4 even with every lane set.
   Value *fullPerRow = b.CreateUDiv(periods, b.getInt64(lanes));
   Value *fullEnd = b.CreateMul(fullPerRow, b.getInt64(lanes));
   Value *partialPeriods = b.CreateSub(periods, fullEnd);
@@ -335,12 +335,10 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
         // through the pass: a pass loads its blocks in one burst and then
         // computes for hundreds of cycles without touching memory, and the
         // hardware prefetchers did not keep up: at 2^24 elements a row
-        // kernel took its in-cache time plus the copy's. W1 f32, one
-        // thread, AOT objects alternating, four blocks a pass, batch-major
-        // ms with / without (nodes-major 15.6-15.9): forward 13.5-13.8 /
-        // 17.2-19.6, backward 16.8-20.6 / 19.5-21.8, fused 18.5-22.3 /
-        // 21.1-26.2; 1, 2 and 8 KiB ahead helped less; prefetching the
-        // outputs for writing too made fused slower.
+        // kernel took its in-cache time plus the copy's. The prefetches
+        // made W1's forward, backward and fused kernels faster, 4 KiB ahead
+        // more than 1, 2 or 8; prefetching the outputs for writing too made
+        // fused slower (the DEVLOG has the runs).
         if (o.rowShape.prefetchBytes)
           for (unsigned a = 0; a < inputs; ++a)
             prefetchAhead(b, vectorIn(blocks[k].in[a], s), o.rowShape.prefetchBytes);
@@ -474,12 +472,11 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
   // On Zen 4, as many blocks a pass as pays (RowShape): interleaving
   // lets the inline chains of one block run beside another's, but every
   // vector live across a vector math call is spilled, and a pass holds each
-  // block's. One thread,
-  // batch/nodes-major time: W1 forward f32 (8 slots, 3 calls among a
-  // block's 174 tape instructions), in L2, 1.21 one block a pass, 1.18 two,
-  // 1.15 four; f64 (exp and erfc are calls too: 7 among 45) 0.97, 0.96,
-  // 1.03; 16 slots of the row kernel tests' formulas (f32, 12 calls among
-  // 298), 2^24 elements: 1.06-1.09 one, 1.40-1.42 two or four.
+  // block's. More blocks a pass measured faster where a block's tapes are
+  // long between few calls (W1's f32 forward), no better where calls are
+  // dense (its f64 one, where exp and erfc are calls too), and much slower
+  // where many calls meet many slots (the row kernel tests' 16 slots):
+  // hence longChains and fewSpills (the DEVLOG has the runs).
   const bool longChains = cost.instructions >= kInstructionsPerCall * (cost.calls + 1);
   const bool fewSpills = cost.calls * P <= kMaxCallsTimesSlots;
   const unsigned perPass = longChains && fewSpills ? o.rowShape.blocksPerPass : 1;
@@ -504,7 +501,7 @@ llvm::Error emitRowKernel(Module &m, const KernelRequest &r, const EmitOptions &
     }
     // The slots that call vector math first, the others after: then the
     // call-free slots share one stretch between calls, where the scheduler
-    // interleaves their chains (W1 f32, in L2: 5% faster than in order).
+    // interleaves their chains (W1 f32, in L2: a little faster than in order).
     std::stable_partition(slotOrder.begin(), slotOrder.end(), [&](unsigned s) { return cost.slotCalls[s] > 0; });
     if (llvm::Error e = emitBlocks(blocks, slotOrder))
       return e;

@@ -29,10 +29,11 @@ struct RowShape {
 
 /// The shape measured best on machines of LLVM's CPU name `cpu`, without
 /// timing anything: for ahead-of-time objects (`--cpu`) and where the host
-/// cannot be measured. Zen (znver*): four blocks a pass, no prefetch (Zen 4,
-/// W2 f32 backward batch/nodes-major 0.90-0.93, against 1.41-1.43 with 4 KiB
-/// ahead, bench, two threads, 2^24); others: one block, 4 KiB ahead (an
-/// Intel Xeon VM, rocketlake: W1 f32 forward 5.8 ms one block, 8.4 four).
+/// cannot be measured. Zen (znver*): four blocks a pass, no prefetch (on a
+/// Zen 4, 4 KiB ahead left W2's batch-major backward well behind its
+/// nodes-major one, and no prefetch ahead of it); others: one block, 4 KiB
+/// ahead (on an Intel Xeon VM four blocks made W1's forward much slower).
+/// The DEVLOG has the runs.
 inline RowShape fixedRowShape(std::string_view cpu) {
   return RowShape{.blocksPerPass = cpu.starts_with("znver") ? 4u : 1u,
                   .prefetchBytes = cpu.starts_with("znver") ? 0u : 4096u};

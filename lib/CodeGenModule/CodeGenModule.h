@@ -4,7 +4,7 @@
 // time objects) lives in one loadable module, libhsnn-codegen.so, which the
 // library loads on the first compile. A cache hit of linked kernels, the
 // interpreter and the CLI's other commands never load it: starting libLLVM
-// (the shared one: ~60 ms; the static one: ~5 ms of constructors and page
+// (the shared one's loading, or the static one's constructors and page
 // faults) is then no part of a process's start.
 //
 // Both sides are built from one tree and pass C++ objects (std::string,

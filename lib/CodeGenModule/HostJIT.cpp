@@ -98,7 +98,8 @@ public:
   // that loads linked kernels from the cache never starts it.
   static Expected<std::unique_ptr<HostJITImpl>> create() {
     // What JITTargetMachineBuilder::detectHost() finds, asked once each
-    // (it would ask for the features again: 0.5 ms of a cache hit).
+    // (it would ask for the features again, a noticeable share of a cache
+    // hit).
     auto self = std::unique_ptr<HostJITImpl>(new HostJITImpl());
     HostTarget &t = self->target_;
     t.triple = llvm::sys::getProcessTriple();
@@ -256,10 +257,10 @@ private:
       // constants' addresses take a movabs each, so LLVM keeps them in
       // registers, spills them across libmvec calls (every zmm is
       // caller-saved) and reloads 64 bytes per use: gelu's backward ran
-      // 1.4x slower than the same IR compiled ahead of time (small model).
+      // much slower than the same IR compiled ahead of time (small model).
       jtmb_->setCodeModel(llvm::CodeModel::Small);
       // No platform: kernels have no static initializers to run, and setting
-      // one up measured 0.5-0.8 ms of a 6 ms cache hit in a fresh process.
+      // one up measured a noticeable share of a cache hit in a fresh process.
       auto jit = llvm::orc::LLJITBuilder()
                      .setJITTargetMachineBuilder(*jtmb_)
                      .setPlatformSetUp(llvm::orc::setUpInactivePlatform)

@@ -2,7 +2,8 @@
 //
 // What the host JIT and the ahead-of-time compiler both build for a layer:
 // - elementwise kernels with several formulas per function (a switch in
-//   the loop): code generation costs ~1.5 ms per function whatever its size;
+//   the loop): code generation's cost is mostly per function, whatever
+//   its size;
 // - for a batch-major layer with a row plan (Program/RowPlan.h), one row
 //   kernel per distinct slot pattern and kind, and the layout of the
 //   constants table the kernels read (KernelSpec.h's RowKernelFn), as the
@@ -25,8 +26,8 @@ namespace hsnn::detail {
 
 /// Up to kMaxUnitsPerKernel formulas per function, in at least
 /// kMultiKernels functions per kind (parallel code generation): the W1
-/// layer's cold compile went from 25 to 15 ms, 2000 formulas from 5.3 to
-/// 0.9 s.
+/// layer's cold compile and that of 2000 formulas measured much shorter so
+/// (the DEVLOG has the runs).
 inline constexpr size_t kMultiKernels = 2, kMaxUnitsPerKernel = 64;
 
 struct MultiKernelSet {
@@ -37,7 +38,7 @@ struct MultiKernelSet {
 
 /// PREFIX + TAG + index + "_" + kind ("layer_u3_forward"): a compile's
 /// cache hit builds these, and fmt's formatting code, cold in a fresh
-/// process, measured a tenth of such a hit.
+/// process, measured a noticeable share of such a hit.
 inline std::string kernelSymbol(std::string_view prefix, std::string_view tag, size_t index, KernelKind kind) {
   std::string s(prefix);
   s += tag;

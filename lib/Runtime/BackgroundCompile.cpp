@@ -98,7 +98,7 @@ void installHandlers(State &s) {
 
 // A compile must not take a core from the calls it serves: a worker of the
 // interpreter's call preempted by it stalls the whole call for a scheduler
-// slice (5 ms measured on 2 cores).
+// slice (measured on 2 cores).
 void lowerThisThreadsPriority() {
 #ifdef __linux__
   (void)::setpriority(PRIO_PROCESS, id_t(::syscall(SYS_gettid)), 10);

@@ -1,11 +1,11 @@
 //===- lib/Runtime/ModelCache.cpp - Front-end results from the disk cache ===//
 //
 // A compile whose kernels are cached still ran the front end to find their
-// key: in a fresh process most of such a hit (~0.8 of 1.7-2 ms here, cold
-// code). A layer's or loss's model is kept beside its kernels, keyed by
-// what the front end reads (the formulas' texts and constants, the options)
-// and by a hash of the front end's own sources (FrontEndToken.h), so a
-// snapshot never outlives the code that made it. A snapshot that does not
+// key: in a fresh process most of such a hit (cold code). A layer's or
+// loss's model is kept beside its kernels, keyed by what the front end
+// reads (the formulas' texts and constants, the options) and by a hash of
+// the front end's own sources (FrontEndToken.h), so a snapshot never
+// outlives the code that made it. A snapshot that does not
 // read back whole is a miss: the front end runs and rewrites it.
 //===----------------------------------------------------------------------===//
 #include "LayerState.h"

@@ -2,8 +2,8 @@
 //
 // A new NumPy result of a few MiB is a fresh mmap from glibc (until a large
 // free has raised its threshold), and every page of it faults in on first
-// write: at 4096 x 256 f32 that was 1.5 ms of a 2 ms HeteroActivation call
-// whose kernels take 0.4 ms. Results are taken from here instead: blocks
+// write: at 4096 x 256 f32 that was most of a HeteroActivation call, far
+// longer than its kernels. Results are taken from here instead: blocks
 // freed by their arrays (and the tensors that share them) wait, pages
 // resident, for the next result of the same size, as PyTorch's CUDA caching
 // allocator does for device memory. Bounded: what would exceed the bound is

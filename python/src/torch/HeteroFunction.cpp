@@ -5,8 +5,8 @@
 // kernels are queued on PyTorch's current stream, the outputs (the loss's
 // value too) come from its caching allocator, and nothing waits for the
 // device. The Python
-// torch.autograd.Function it replaces cost 12.5 us of glue a call (27 us at
-// 32 x 64 against torch.tanh's 14). The first-order backward is
+// torch.autograd.Function it replaces cost about as much in glue a call as
+// torch.tanh takes at 32 x 64. The first-order backward is
 // grad * f'(z), f' saved from the fused kernel; a backward that must be
 // differentiable (create_graph) calls back into hsnn.torch's Python
 // functions, which build it of hsnn kernels.
@@ -85,7 +85,7 @@ template <class S = c10::Stream> uintptr_t currentStream(const torch::Tensor &t)
 // in on first write: OutputPool.h).
 torch::Tensor output(const torch::Tensor &like) {
   const size_t bytes = like.nbytes();
-  if (bytes < entries->minPooledBytes) // straight to the CPU allocator: the dispatcher's empty_like took 0.85 us
+  if (bytes < entries->minPooledBytes) // straight to the CPU allocator: the dispatcher's empty_like measured costly
     return at::detail::empty_cpu(like.sizes(), like.scalar_type());
   return torch::from_blob(entries->poolTake(bytes), like.sizes(), [](void *data) { entries->poolGive(data); },
                           like.options());
@@ -102,8 +102,8 @@ torch::Tensor times(const torch::Tensor &grad, const torch::Tensor &derivative) 
 
 // hsnn's kernels spread over PyTorch's intra-op threads, not hsnn's own: on
 // the same cores the two pools competed (PyTorch's OpenMP threads spin for
-// a while after each op), and the W1 layer's kernels at 4096 x 256 f32 took
-// 2.2 ms between PyTorch ops against 0.5 ms alone.
+// a while after each op), and the W1 layer's kernels at 4096 x 256 f32 ran
+// several times slower between PyTorch ops than alone.
 void torchParallelFor(void *, size_t tasks, size_t grain, void (*body)(void *, size_t, size_t), void *ctx) {
   at::parallel_for(0, int64_t(tasks), int64_t(grain),
                    [&](int64_t begin, int64_t end) { body(ctx, size_t(begin), size_t(end)); });
@@ -116,8 +116,8 @@ void check(int failed, const char *message) {
 
 // The backward node, written as PyTorch's own ops write theirs (a Node
 // with its saved variables as members), not a torch::autograd::Function:
-// that one's context (a map of saved data, per-input bookkeeping) cost
-// ~1 us a step at 32 x 64.
+// that one's context (a map of saved data, per-input bookkeeping) was a
+// measurable cost a step on small tensors.
 struct HeteroBackward : torch::autograd::Node {
   torch::autograd::SavedVariable z, dfdz;
   c10::intrusive_ptr<SlowBackward> slow;
