@@ -3,10 +3,10 @@
 
 #include "BackgroundCompile.h"
 #include "CPU/HostJitEngine.h"
-#include "CodeGen/MathCalls.h"
 #include "CUDA/GpuEngine.h"
 #include "FallbackPolicy.h"
 #include "InterpreterKernels.h"
+#include "TieredCompile.h"
 #include "Warn.h"
 
 #include "hsnn/Runtime.h"
@@ -14,13 +14,11 @@
 #include "Program/Stopwatch.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cmath>
 #include <fmt/format.h>
 #include <system_error>
 #include <limits>
-#include <tbb/task_arena.h>
 #include <unistd.h>
 
 namespace hsnn::detail {
@@ -118,62 +116,6 @@ Error movedFrom(const char *what) {
   return Error(ErrorCode::InvalidArgument, fmt::format("this {} was moved from; use the object it was moved to", what));
 }
 
-// The JIT's engine compiling on a background thread (tiered compilation).
-// The task holds it until done, so a layer dropped meanwhile costs nothing
-// after: the task's result (the engine, its loaded code) goes with the
-// task. Written by the task before `ready` is set; read after it is seen set.
-//
-// The compile starts when it pays (the cost model, performance guide
-// "Tiered compilation"): once the time the JIT would have saved on the
-// interpreter's calls so far (the layer's and its copies') reaches what the
-// compile is estimated to take (a layer of new formulas scored once never
-// compiles), at once where that estimate is below kStartAtOnceMs, or when
-// a caller waits for it.
-struct LayerState::PendingTier {
-  std::atomic<bool> ready{false};
-  std::shared_ptr<const Engine> engine; ///< Null: the JIT failed (warned), the interpreter stays.
-  Error error;
-  CompileInfo info;
-
-  double estimateMs = 0;
-  /// The share of the interpreter's time the JIT's code would save.
-  double savedShare = 1;
-  std::atomic<int64_t> interpreterUs{0};
-  std::atomic<bool> started{false};
-  std::once_flag once;
-  std::function<void(const std::shared_ptr<PendingTier> &)> launch; ///< Cleared once started.
-  pid_t owner = ::getpid();
-
-  void start(const std::shared_ptr<PendingTier> &self) {
-    std::call_once(once, [&] {
-      started.store(true, std::memory_order_release);
-      if (::getpid() != owner) { // a forked child: no compile thread of its own
-        error = Error(ErrorCode::Unsupported,
-                      "this process was forked from the one that compiled this layer before its JIT compile started; "
-                      "the interpreter runs");
-        ready.store(true, std::memory_order_release);
-      } else {
-        launch(self);
-      }
-      launch = nullptr;
-    });
-  }
-  bool waiting() const { return !started.load(std::memory_order_acquire); }
-  /// The interpreter ran for `ms` on the layer: the compile starts once it pays.
-  void interpreted(const std::shared_ptr<PendingTier> &self, double ms) {
-    int64_t us = int64_t(ms * 1000);
-    if (double(interpreterUs.fetch_add(us, std::memory_order_relaxed) + us) * savedShare >= estimateMs * 1000)
-      start(self);
-  }
-};
-
-namespace {
-// Compiles estimated to take less start with the first result.
-constexpr double kStartAtOnceMs = 50;
-// PendingTier::savedShare.
-constexpr double kSavedArithmetic = 0.7, kSavedWithMath = 0.4;
-} // namespace
-
 Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const CompiledModel> model,
                                                          const EngineRequest &request, Reduction reduction) {
   auto s = std::make_unique<LayerState>();
@@ -191,43 +133,57 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
   info.diffMs = model->diffMs;
   info.modelFromCache = model->snapshotted;
 
-  std::shared_ptr<const Engine> engine;
   // Not with baked constants: constants set while the interpreter runs would be lost.
   if (request.tiered && *method == Method::CpuJit && !runtimeFlags().strict && !request.bakeConstants) {
-    // Kernels linked in the cache load at once (no LLVM); else the
-    // interpreter serves calls while the JIT compiles.
-    CompileInfo hitInfo = info;
-    auto linked = runtimeFlags().useKernelCache
-                      ? makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, {}, true},
-                                          hitInfo)
-                      : Expected<std::shared_ptr<const Engine>>(std::shared_ptr<const Engine>());
-    if (linked && *linked) {
-      info = hitInfo;
-      info.method = Method::CpuJit;
-      engine = std::move(*linked);
-    } else {
-      if (!linked)
-        (void)linked.takeError(); // the compile will meet it again, and report it
-      if (Error e = s->startTiered(model, request))
+    if (std::shared_ptr<const Engine> linked = linkedInCache(model, request, info)) {
+      if (Error e = s->install(std::move(linked)))
         return e;
       return s;
     }
+    // The interpreter serves calls while the JIT compiles.
+    if (Error e = s->startTiered(model, request))
+      return e;
+    return s;
   }
+  auto engine = compileEngine(model, request, *method, info);
+  if (!engine)
+    return engine.takeError();
+  if (Error e = s->install(std::move(*engine)))
+    return e;
+  return s;
+}
+
+std::shared_ptr<const Engine> LayerState::linkedInCache(const std::shared_ptr<const CompiledModel> &model,
+                                                        const EngineRequest &request, CompileInfo &info) {
+  if (!runtimeFlags().useKernelCache)
+    return nullptr;
+  // Kernels linked in the cache load at once, without LLVM.
+  CompileInfo hitInfo = info;
+  auto linked = makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cacheConfig(), jitFailed, {}, true},
+                                  hitInfo);
+  if (!linked) {
+    (void)linked.takeError(); // the compile will meet it again, and report it
+    return nullptr;
+  }
+  if (*linked) {
+    info = hitInfo;
+    info.method = Method::CpuJit;
+  }
+  return std::move(*linked);
+}
+
+Expected<std::shared_ptr<const Engine>> LayerState::compileEngine(const std::shared_ptr<const CompiledModel> &model,
+                                                                  const EngineRequest &request, Method method,
+                                                                  CompileInfo &info) {
+  std::shared_ptr<const Engine> engine;
   auto keep = [&](Expected<std::shared_ptr<const Engine>> e) -> Error {
     if (!e)
       return e.takeError();
     engine = std::move(*e);
     return Error::success();
   };
-  if (engine) { // tiered, and linked in the cache
-    auto params = engine->makeParams(model->defaultParams);
-    if (!params)
-      return params.takeError();
-    s->current_ = {std::move(engine), std::move(*params)};
-    return s;
-  }
   auto used = compileForMethod(
-      *method,
+      method,
       [&] {
         return keep(makeGpuEngine(model, request.gpuId, {request.optLevel, request.fastMath, cacheConfig()}, info));
       },
@@ -242,75 +198,11 @@ Expected<std::unique_ptr<LayerState>> LayerState::create(std::shared_ptr<const C
     engine = makeInterpreterEngine(model);
   }
   info.method = *used;
-  auto params = engine->makeParams(model->defaultParams);
-  if (!params)
-    return params.takeError();
-  s->current_ = {std::move(engine), std::move(*params)};
-  return s;
+  return engine;
 }
 
-Error LayerState::startTiered(std::shared_ptr<const CompiledModel> model, const EngineRequest &request) {
-  auto pending = std::make_shared<PendingTier>();
-  pending->info = info_;
-  pending->estimateMs = estimatedCompileMs(*model);
-  // The interpreter's steps are the JIT's op kernels, so math functions run
-  // there close to the compiled speed and arithmetic well below it (every
-  // instruction through memory; the performance guide has the ratios): the
-  // JIT saves most of the interpreter's time on arithmetic, less with math.
-  const bool callsMath = std::any_of(model->units.begin(), model->units.end(), [](const CodeUnit &u) {
-    return std::any_of(u.programs.begin(), u.programs.end(), [](const Program *p) { return p && mathCallSites(*p) > 0; });
-  });
-  pending->savedShare = callsMath ? kSavedWithMath : kSavedArithmetic;
-  CacheConfig cache = cacheConfig();
-  // The task only touches its PendingTier, which lives until the task ends.
-  pending->launch = [model, request, cache](const std::shared_ptr<PendingTier> &self) {
-    auto compile = [pending = self, model, request, cache] {
-      PendingTier *p = pending.get();
-      CompileInfo tierInfo = p->info;
-      // A checkpoint after each kernel, so that exit does not wait for the
-      // whole compile; the kernels build one after another on this thread
-      // (an arena of one), where the checkpoints can stop them.
-      CompileProgress progress = [user = request.progress](size_t done, size_t total) {
-        backgroundCheckpoint();
-        if (user)
-          user(done, total);
-      };
-      Expected<std::shared_ptr<const Engine>> jit = Error::success();
-      tbb::task_arena(1).execute([&] {
-        jit = makeHostJitEngine(model, {{request.optLevel, request.fastMath}, cache, jitFailed, progress}, tierInfo);
-      });
-      backgroundCheckpoint();
-      std::shared_ptr<const Engine> engine;
-      Error error;
-      if (jit) {
-        engine = std::move(*jit);
-        tierInfo.method = Method::CpuJit;
-      } else {
-        error = jit.takeError();
-        (void)jitFailed(error); // the fallback warning; strict mode never tiers
-      }
-      publishBackgroundResult([&] {
-        p->engine = std::move(engine);
-        p->error = std::move(error);
-        p->info = tierInfo;
-        p->ready.store(true, std::memory_order_release);
-      });
-    };
-    // A forked child has no compile thread: its copies keep the interpreter.
-    auto inForkedChild = [p = self.get()] {
-      p->error = Error(ErrorCode::Unsupported,
-                       "the JIT compile was running in the parent when this process forked; the interpreter runs");
-      p->ready.store(true, std::memory_order_release);
-    };
-    runInBackground(compile, inForkedChild);
-  };
-  if (pending->estimateMs < kStartAtOnceMs)
-    pending->start(pending);
-  pending_ = std::move(pending);
-  info_.method = Method::CpuInterp;
-  prepareOpKernels(model->options.dtype);
-  auto engine = makeInterpreterEngine(model);
-  auto params = engine->makeParams(model->defaultParams);
+Error LayerState::install(std::shared_ptr<const Engine> engine) {
+  auto params = engine->makeParams(model_->defaultParams);
   if (!params)
     return params.takeError();
   current_ = {std::move(engine), std::move(*params)};

@@ -138,6 +138,17 @@ private:
   Error checkedRunActivation(KernelKind kind, const ActivationArgs &args) const;
   Expected<double> checkedRunLoss(KernelKind kind, LossArgs args) const;
 
+  /// Tiered: the host JIT's kernels where the cache holds them linked (its
+  /// figures into info), else null: loaded without LLVM.
+  static std::shared_ptr<const Engine> linkedInCache(const std::shared_ptr<const CompiledModel> &model,
+                                                     const EngineRequest &request, CompileInfo &info);
+  /// The engine of `method`, compiled (or from the cache), falling back as
+  /// the policy says (FallbackPolicy.h) down to the interpreter.
+  static Expected<std::shared_ptr<const Engine>> compileEngine(const std::shared_ptr<const CompiledModel> &model,
+                                                               const EngineRequest &request, Method method,
+                                                               CompileInfo &info);
+  /// Runs on `engine`, with the model's default constants.
+  Error install(std::shared_ptr<const Engine> engine);
   /// Tiered: the interpreter serves calls; the JIT's compile starts when
   /// the cost model says (PendingTier).
   Error startTiered(std::shared_ptr<const CompiledModel> model, const EngineRequest &request);
