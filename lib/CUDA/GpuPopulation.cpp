@@ -11,19 +11,21 @@
 namespace hsnn::detail {
 namespace {
 
-// Kernel indices in the module.
-constexpr size_t kValues = 0, kScores = 1, kAdd = 2;
+// Kernel indices in a module: the interpreter (values, or with a loss its
+// partial sums), then with a loss the partials' adder. A search scores
+// (one module a loss) and seldom asks for values (one more): neither
+// carries the other's kernel, which would double its build.
+constexpr size_t kRun = 0, kAdd = 1;
 
 class GpuPopulationCode final : public GpuPopulation, GpuCode {
 public:
   Error init(int device, DType dtype, const Program *loss, const GpuBuildOptions &options) {
     GpuModuleSpec spec;
-    std::vector<std::string> names = {"hsnn_population_values"};
-    spec.populations.push_back({names[0], dtype, nullptr});
-    if (loss) {
+    std::vector<std::string> names = {loss ? "hsnn_population_scores" : "hsnn_population_values"};
+    if (loss)
       loss_ = *loss;
-      names.push_back("hsnn_population_scores");
-      spec.populations.push_back({names[1], dtype, &loss_});
+    spec.populations.push_back({names[0], dtype, loss ? &loss_ : nullptr});
+    if (loss) {
       spec.sumKernel = "hsnn_population_add";
       names.push_back(spec.sumKernel);
     }
@@ -37,25 +39,27 @@ public:
     ContextRestorer restore;
     DeviceScratch scratch;
     size_t bytes = code.formulas() * data.rows * elementSize(dtype_);
-    auto d = upload(scratch, code, data, kValues);
+    if (!spec_.sumKernel.empty())
+      return Error(ErrorCode::Internal, "this population interpreter was made for scores");
+    auto d = upload(scratch, code, data, kRun);
     if (!d)
       return d.takeError();
     auto values = scratch.get(device(), kOut, bytes);
     if (!values)
       return values.takeError();
-    if (Error e = launch(kValues, code, data, *d, *values))
+    if (Error e = launch(false, code, data, *d, *values))
       return e;
     return copyToHost(device(), out, *values, bytes);
   }
 
   Error lossSums(const DeviceCode &code, const GpuPopulationData &data, const std::vector<double> &lossParams,
                  double *sums) const override {
-    if (spec_.populations.size() < 2)
+    if (spec_.sumKernel.empty())
       return Error(ErrorCode::Internal, "this population interpreter was made without a loss");
     ContextRestorer restore;
     DeviceScratch scratch;
     size_t n = code.formulas();
-    auto d = upload(scratch, code, data, kScores);
+    auto d = upload(scratch, code, data, kRun);
     if (!d)
       return d.takeError();
     auto params = uploadTo(scratch, kLossParams, lossParams.data(), lossParams.size() * sizeof(double));
@@ -65,7 +69,7 @@ public:
       if (!*r)
         return r->takeError();
     d->lossParams = *params;
-    if (Error e = launch(kScores, code, data, *d, *partials))
+    if (Error e = launch(true, code, data, *d, *partials))
       return e;
     int64_t warps = d->shape.warps;
     void *args[] = {&*partials, &warps, &*totals};
@@ -143,12 +147,12 @@ private:
     return u;
   }
 
-  // The kernel over every formula, in chunks of kMaxGridY (grid y); `out`
-  // receives the values (kValues) or the partial sums (kScores).
-  Error launch(size_t kernel, const DeviceCode &code, const GpuPopulationData &data, const Uploaded &u,
+  // The interpreter over every formula, in chunks of kMaxGridY (grid y);
+  // `out` receives the values, or with `scores` the partial sums.
+  Error launch(bool scores, const DeviceCode &code, const GpuPopulationData &data, const Uploaded &u,
                CUdeviceptr out) const {
     const Shape &shape = u.shape;
-    CUdeviceptr values = kernel == kValues ? out : 0, sums = kernel == kScores ? out : 0;
+    CUdeviceptr values = scores ? 0 : out, sums = scores ? out : 0;
     CUdeviceptr x = u.x, steps = u.code[0], stepStart = u.code[1], scalars = u.code[2], scalarStart = u.code[3],
                 outputs = u.code[4], y = u.y, w = u.weights, lossParams = u.lossParams;
     int64_t rowStride = data.rowStride, varStride = data.varStride, rows = int64_t(data.rows), first = 0;
@@ -157,7 +161,7 @@ private:
     uint64_t n = code.formulas();
     for (uint64_t f = 0; f < n; f += kMaxGridY) {
       first = int64_t(f);
-      if (Error e = module_->launch(kernel, args, shape.gridX, unsigned(std::min<uint64_t>(kMaxGridY, n - f)),
+      if (Error e = module_->launch(kRun, args, shape.gridX, unsigned(std::min<uint64_t>(kMaxGridY, n - f)),
                                     shape.block, {}))
         return e;
     }

@@ -727,7 +727,7 @@ TEST_CASE("a population on the GPU: one launch for all its formulas, scores adde
   REQUIRE_OK(pop->fitness(PopulationData<float>{.x = x, .rows = rows, .y = y}, scores));
   CHECK(fake.launches() == "hsnn_population_scores 2,4 256;hsnn_population_add 4,1 32;");
   CHECK(std::isnan(scores[2]));
-  CHECK(fake.count("live_modules") == modules + 2); // the one with the loss
+  CHECK(fake.count("live_modules") == modules + 2); // the loss's, without the values kernel
   REQUIRE_OK(pop->fitness(PopulationData<float>{.x = x, .rows = rows, .y = y}, scores));
   CHECK(fake.count("live_modules") == modules + 2);
   CHECK(fake.count("live_allocations") == allocations);
