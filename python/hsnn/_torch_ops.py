@@ -7,9 +7,11 @@ operators differentiate to any order.
 An operator names its kernel by the module's key (``register``) and a path
 from the module's layer or loss for the input's dtype and device: steps
 joined by ",": "d" (d/dnum or d/dy_pred), "t" (the constants' tangent of an
-activation), "y" (d/dy_true), "c:NAME" (d/d constant NAME). The modules'
-eager forward keeps its own autograd functions (hsnn/torch.py), which are
-cheaper per call; the compiled forward calls these.
+activation), "y" (d/dy_true), "c:NAME" (d/d constant NAME). Their autograd
+formulas are hsnn/_torch_rules.py's, which the eager modules' autograd
+functions (hsnn/torch.py) share: here each kernel a rule runs is an operator
+again. The modules' eager forward keeps those functions, which are cheaper
+per call; the compiled forward calls these operators.
 """
 import itertools
 import weakref
@@ -17,6 +19,8 @@ from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from . import _torch_rules as _rules
 
 _modules = {}  # key -> weakref of the module
 _keys = itertools.count(1)
@@ -47,10 +51,6 @@ def _join(path, step):
     return f"{path},{step}" if path else step
 
 
-def _add(a, b):
-    return b if a is None else a if b is None else a + b
-
-
 def _activation_node(key, z, path):
     node = _module(key)._node(z)
     for step in _steps(path):
@@ -63,6 +63,68 @@ def _loss_node(key, y, path):
     for step in _steps(path):
         node = node.d if step == "d" else node.dt if step == "y" else node.c(step[2:])
     return node
+
+
+class _Path:
+    """A node for the rules (hsnn/_torch_rules.py): a module's key and a path,
+    its derivatives one step longer. Only the operators' own kernels resolve
+    it to a compiled layer or loss (for the input's dtype and device)."""
+
+    __slots__ = ("key", "path")
+
+    def __init__(self, key, path):
+        self.key, self.path = key, path
+
+    def _then(self, step):
+        return _Path(self.key, _join(self.path, step))
+
+    d = property(lambda self: self._then("d"))
+    t = property(lambda self: self._then("t"))
+    dt = property(lambda self: self._then("y"))
+
+    def c(self, name):
+        return self._then("c:" + name)
+
+    @property
+    def names(self) -> List[str]:
+        return _module(self.key).constant_names
+
+
+class _Operators:
+    """The rules' ops: each kernel one of the operators below, so that a
+    backward is made of them again (differentiable, and traceable)."""
+
+    @staticmethod
+    def times(h, x):
+        return h * x
+
+    @staticmethod
+    def apply(z, c, node):
+        return activation(z, c, node.key, node.path)[0]
+
+    @staticmethod
+    def backward(z, c, err, node):
+        return activation_backward(z, c, err, node.key, node.path)
+
+    @staticmethod
+    def constant_gradient(z, c, err, node):
+        return activation_constant_gradient(z, c, err, node.key, node.path)
+
+    @staticmethod
+    def elements(y_pred, y_true, c, node):
+        return loss_elements(y_pred, y_true, c, node.key, node.path)
+
+    # The permutations as constants made here, not the node's tensors: a
+    # traced backward (AOTAutograd) can hold no tensor made outside it.
+    @staticmethod
+    def pack(z, c, h, tangent):
+        perm = _activation_node(tangent.key, z, tangent.path).perm
+        return torch.cat([c, h.to(c.dtype)])[torch.tensor(perm.tolist(), device=c.device)]
+
+    @staticmethod
+    def constant_part(z, c, g, tangent):
+        cpart = _activation_node(tangent.key, z, tangent.path).cpart
+        return g[torch.tensor(cpart.tolist(), device=c.device)]
 
 
 # --- activations ------------------------------------------------------------
@@ -118,19 +180,11 @@ def _activation_setup(ctx, inputs, output):
 
 
 def _activation_grad(ctx, grad_a, grad_d):
-    # a = f(z), d = f'(z): in z, grad_a * f' (the saved output, itself
-    # differentiable: a second derivative reaches f'' through grad_d) and
-    # grad_d * f''; in c, the constant gradients of both.
+    # The saved f' is the operator's output, itself differentiable: a second
+    # derivative reaches f'' through grad_d.
     z, c, dfdz = ctx.saved_tensors
-    key, path = ctx.key, ctx.path
-    gz = gc = None
-    if ctx.needs_input_grad[0]:
-        gz = _add(grad_a * dfdz if grad_a is not None else None,
-                  activation_backward(z, c, grad_d, key, _join(path, "d")) if grad_d is not None else None)
-    if ctx.needs_input_grad[1]:
-        gc = _add(activation_constant_gradient(z, c, grad_a, key, path) if grad_a is not None else None,
-                  activation_constant_gradient(z, c, grad_d, key, _join(path, "d")) if grad_d is not None else None)
-    return gz, gc, None, None
+    return _rules.activation_grads(_Operators, z, c, _Path(ctx.key, ctx.path), grad_a, grad_d, ctx.needs_input_grad,
+                                   dfdz) + (None, None)
 
 
 def _save_inputs(ctx, inputs, output):
@@ -141,39 +195,15 @@ def _save_inputs(ctx, inputs, output):
 
 
 def _backward_grad(ctx, h):
-    # delta = err * f'(z; c): in z, err * h * f''; in c, sum err * h * df'/dc; in err, h * f'.
     z, c, err = ctx.saved_tensors
-    key, path = ctx.key, ctx.path
-    gz = gc = gerr = None
-    if ctx.needs_input_grad[0]:
-        gz = activation_backward(z, c, err * h, key, _join(path, "d"))
-    if ctx.needs_input_grad[1]:
-        gc = activation_constant_gradient(z, c, err * h, key, _join(path, "d"))
-    if ctx.needs_input_grad[2]:
-        gerr = activation_backward(z, c, h, key, path)
-    return gz, gc, gerr, None, None
+    return _rules.backward_grads(_Operators, z, c, err, _Path(ctx.key, ctx.path), h,
+                                 ctx.needs_input_grad) + (None, None)
 
 
 def _constant_gradient_grad(ctx, h):
-    # g = sum err * df/dc; along a direction h over the constants, the tangent
-    # layer's formulas sum_i h_i df/dc_i: in err its forward, in z its
-    # backward, in c its own constant gradient (the constants' part).
     z, c, err = ctx.saved_tensors
-    key, path = ctx.key, ctx.path
-    tangent_path = _join(path, "t")
-    tangent = _activation_node(key, z, tangent_path)
-    # The permutation as a constant made here, not the node's tensor: a traced
-    # backward (AOTAutograd) can hold no tensor made outside it.
-    packed = torch.cat([c, h.to(c.dtype)])[torch.tensor(tangent.perm.tolist(), device=c.device)]
-    gz = gc = gerr = None
-    if ctx.needs_input_grad[2]:
-        gerr = activation(z, packed, key, tangent_path)[0]
-    if ctx.needs_input_grad[0]:
-        gz = activation_backward(z, packed, err, key, tangent_path)
-    if ctx.needs_input_grad[1]:
-        gc = activation_constant_gradient(z, packed, err, key, tangent_path)[
-            torch.tensor(tangent.cpart.tolist(), device=c.device)]
-    return gz, gc, gerr, None, None
+    return _rules.constant_gradient_grads(_Operators, z, c, err, _Path(ctx.key, ctx.path), h,
+                                          ctx.needs_input_grad) + (None, None)
 
 
 activation.register_autograd(_activation_grad, setup_context=_activation_setup)
@@ -210,53 +240,25 @@ def _(y_pred, y_true, c, key, path):
     return y_pred.new_empty(y_pred.shape)
 
 
-def _by_constants(h, y_pred, y_true, c, key, path):
-    """sum of h * dl/dc, one entry per constant, differentiable."""
-    names: List[str] = _module(key).constant_names
-    if not names:
-        return c.new_zeros(0)
-    return torch.stack([(h * loss_elements(y_pred, y_true, c, key, _join(path, "c:" + n))).sum() for n in names]).to(
-        c.dtype)
-
-
-def _loss_grads(ctx, h, y_pred, y_true, c, path, skip_y_pred=False):
-    """h * (dl/dy_pred, dl/dy_true, dl/dc) of the loss at `path`, for the inputs that need them."""
-    key = ctx.key
-    gyp = gyt = gc = None
-    if ctx.needs_input_grad[0] and not skip_y_pred:
-        gyp = h * loss_elements(y_pred, y_true, c, key, _join(path, "d"))
-    if ctx.needs_input_grad[1]:
-        gyt = h * loss_elements(y_pred, y_true, c, key, _join(path, "y"))
-    if ctx.needs_input_grad[2]:
-        gc = _by_constants(h, y_pred, y_true, c, key, path)
-    return gyp, gyt, gc
-
-
 def _loss_setup(ctx, inputs, output):
     y_pred, y_true, c, key, path = inputs
-    mean = _module(key).reduction == "mean"
-    ctx.key, ctx.path, ctx.scale = key, path, 1.0 / y_pred.numel() if mean and y_pred.numel() else 1.0
+    ctx.key, ctx.path, ctx.scale = key, path, _rules.reduction_scale(_module(key).reduction, y_pred)
     ctx.save_for_backward(y_pred, y_true, c, output[1])
     ctx.set_materialize_grads(False)
 
 
 def _loss_grad(ctx, grad_value, grad_grad):
-    # value = scale * sum l, grad = scale * l_d per element (the saved output:
-    # differentiable, so a second derivative reaches l_dd through grad_grad).
+    # The saved gradient is the operator's output, itself differentiable: a
+    # second derivative reaches l_dd through grad_grad.
     y_pred, y_true, c, grad = ctx.saved_tensors
-    gyp = gyt = gc = None
-    if grad_value is not None:
-        gyp = grad * grad_value if ctx.needs_input_grad[0] else None
-        _, gyt, gc = _loss_grads(ctx, grad_value * ctx.scale, y_pred, y_true, c, ctx.path, skip_y_pred=True)
-    if grad_grad is not None:
-        more = _loss_grads(ctx, grad_grad * ctx.scale, y_pred, y_true, c, _join(ctx.path, "d"))
-        gyp, gyt, gc = _add(gyp, more[0]), _add(gyt, more[1]), _add(gc, more[2])
-    return gyp, gyt, gc, None, None
+    return _rules.value_grads(_Operators, y_pred, y_true, c, _Path(ctx.key, ctx.path), ctx.scale, grad_value,
+                              grad_grad, ctx.needs_input_grad, fused=grad) + (None, None)
 
 
 def _elements_grad(ctx, h):
     y_pred, y_true, c = ctx.saved_tensors
-    return _loss_grads(ctx, h, y_pred, y_true, c, ctx.path) + (None, None)
+    return _rules.elements_grads(_Operators, h, y_pred, y_true, c, _Path(ctx.key, ctx.path),
+                                 ctx.needs_input_grad) + (None, None)
 
 
 loss.register_autograd(_loss_grad, setup_context=_loss_setup)

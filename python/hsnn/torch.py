@@ -13,12 +13,15 @@ hsnn kernels: f'' and f''' come from layers of the formulas' symbolic
 derivatives (``derivative_layer``), and a trainable constant's second
 derivatives from the constants' tangent layer (``constant_tangent_layer``),
 each compiled when first needed. Their gradients pass
-``torch.autograd.gradcheck`` and ``gradgradcheck`` in float64.
+``torch.autograd.gradcheck`` and ``gradgradcheck`` in float64. The
+derivative rules are hsnn/_torch_rules.py's, shared with the custom
+operators torch.compile traces (hsnn/_torch_ops.py); the autograd functions
+here supply them the kernels.
 """
 import numpy as np
 import torch
 
-from . import _core
+from . import _core, _torch_rules as _rules
 from . import ActivationLayer as _Layer, Loss as _Loss, _capsule, _cpu_method, _stream_for
 
 try:  # the C++ autograd function for small CPU tensors, where it was built (libtorch's headers)
@@ -98,7 +101,8 @@ class _Node:
         self._d = self._t = None
         self.perm = self.cpart = None  # set on a tangent node
         # hsnn._torch's backward when it must be differentiable (create_graph)
-        self.slow_backward = lambda z, grad: _Backward.apply(z, None, grad, self)
+        self.slow_backward = lambda z, grad: _rules.activation_grads(_Differentiable, z, None, self, grad, None,
+                                                                     (True, False))[0]
 
     @property
     def d(self):
@@ -151,9 +155,82 @@ class _Node:
         return torch.from_numpy(g).to(dtype=dtype, device=z.device)
 
 
+class _Kernels:
+    """The rules' ops (hsnn/_torch_rules.py) for a backward that builds no
+    graph: the kernels themselves, each after setting its node's constants
+    (another call may have changed them since); large CPU products on
+    hsnn's threads."""
+
+    @staticmethod
+    def times(h, x):
+        # loss.backward()'s upstream 1 is no product (reading it would wait for a CUDA device)
+        if h.dim() == 0 and not h.is_cuda and h.item() == 1.0:
+            return x
+        return _times(h, x)
+
+    @staticmethod
+    def apply(z, c, node):
+        node.set(c)
+        return node.fused(z)[0]
+
+    @staticmethod
+    def backward(z, c, err, node):
+        node.set(c)
+        return node.backward(z, err)
+
+    @staticmethod
+    def constant_gradient(z, c, err, node):
+        node.set(c)
+        return node.constant_gradients(z, err, c.dtype)
+
+    @staticmethod
+    def elements(y_pred, y_true, c, node):
+        node.set(c)
+        return node.run("forward_elements", y_pred, y_true)
+
+    @staticmethod
+    def pack(z, c, h, tangent):
+        return tangent.pack(c, h)
+
+    @staticmethod
+    def constant_part(z, c, g, tangent):
+        return g[tangent.cpart.to(c.device)]
+
+
+class _Differentiable(_Kernels):
+    """The rules' ops under create_graph: each kernel an autograd function
+    below, so that the backward is differentiable again."""
+
+    @staticmethod
+    def times(h, x):
+        return h * x
+
+    @staticmethod
+    def apply(z, c, node):
+        return _Apply.apply(z, c, node)
+
+    @staticmethod
+    def backward(z, c, err, node):
+        return _Backward.apply(z, c, err, node)
+
+    @staticmethod
+    def constant_gradient(z, c, err, node):
+        return _ConstantGradient.apply(z, c, err, node)
+
+    @staticmethod
+    def elements(y_pred, y_true, c, node):
+        return _LossElements.apply(y_pred, y_true, c, node)
+
+
+def _backward_ops():
+    """The ops for the backward now running: differentiable under create_graph."""
+    return _Differentiable if torch.is_grad_enabled() else _Kernels
+
+
 class _Apply(torch.autograd.Function):
-    """a = f(z; c). Backward: err * f'(z) and sum err * df/dc; under
-    create_graph both as the differentiable functions below."""
+    """a = f(z; c), f' saved from the same fused kernel: at first order the
+    backward multiplies by it; under create_graph (where it is no part of the
+    graph) the backward kernel gives grad * f'."""
 
     @staticmethod
     def forward(ctx, z, c, node):
@@ -166,73 +243,39 @@ class _Apply(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, c, dfdz = ctx.saved_tensors
-        node, gz, gc = ctx.node, None, None
-        if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
-            if ctx.needs_input_grad[0]:
-                gz = _Backward.apply(z, c, grad, node)
-            if ctx.needs_input_grad[1]:
-                gc = _ConstantGradient.apply(z, c, grad, node)
-            return gz, gc, None
-        if ctx.needs_input_grad[0]:
-            gz = _times(grad, dfdz)
-        if ctx.needs_input_grad[1]:
-            node.set(c)  # another call may have changed them since
-            gc = node.constant_gradients(z, grad, c.dtype)
-        return gz, gc, None
+        if torch.is_grad_enabled():
+            return _rules.activation_grads(_Differentiable, z, c, ctx.node, grad, None, ctx.needs_input_grad) + (None,)
+        return _rules.activation_grads(_Kernels, z, c, ctx.node, grad, None, ctx.needs_input_grad, dfdz) + (None,)
 
 
 class _Backward(torch.autograd.Function):
-    """delta = err * f'(z; c), one fused kernel. Its derivatives: in z,
-    err * h * f''; in c, the sum of err * h * df'/dc; in err, h * f'."""
+    """delta = err * f'(z; c), one fused kernel."""
 
     @staticmethod
     def forward(ctx, z, c, err, node):
-        node.set(c)
         ctx.node = node
         ctx.save_for_backward(z, c, err)
-        return node.backward(z, err)
+        return _Kernels.backward(z, c, err, node)
 
     @staticmethod
     def backward(ctx, h):
         z, c, err = ctx.saved_tensors
-        node, gz, gc, gerr = ctx.node, None, None, None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            eh = err * h
-            if ctx.needs_input_grad[0]:
-                gz = _Backward.apply(z, c, eh, node.d)
-            if ctx.needs_input_grad[1]:
-                gc = _ConstantGradient.apply(z, c, eh, node.d)
-        if ctx.needs_input_grad[2]:
-            gerr = _Backward.apply(z, c, h, node)
-        return gz, gc, gerr, None
+        return _rules.backward_grads(_backward_ops(), z, c, err, ctx.node, h, ctx.needs_input_grad) + (None,)
 
 
 class _ConstantGradient(torch.autograd.Function):
-    """g_c = sum over the batch of err * df/dc (one entry per constant). Its
-    derivatives along a direction h (one per constant) come from the tangent
-    layer's formulas sum_i h_i * df/dc_i: in err, that layer's forward; in z,
-    its backward; in c, its own constant gradient."""
+    """g_c = sum over the batch of err * df/dc (one entry per constant)."""
 
     @staticmethod
     def forward(ctx, z, c, err, node):
-        node.set(c)
         ctx.node = node
         ctx.save_for_backward(z, c, err)
-        return node.constant_gradients(z, err, c.dtype)
+        return _Kernels.constant_gradient(z, c, err, node)
 
     @staticmethod
     def backward(ctx, h):
         z, c, err = ctx.saved_tensors
-        node, gz, gc, gerr = ctx.node, None, None, None
-        tangent = node.t
-        packed = tangent.pack(c, h)
-        if ctx.needs_input_grad[2]:
-            gerr = _Apply.apply(z, packed, tangent)
-        if ctx.needs_input_grad[0]:
-            gz = _Backward.apply(z, packed, err, tangent)
-        if ctx.needs_input_grad[1]:
-            gc = _ConstantGradient.apply(z, packed, err, tangent)[tangent.cpart.to(c.device)]
-        return gz, gc, gerr, None
+        return _rules.constant_gradient_grads(_backward_ops(), z, c, err, ctx.node, h, ctx.needs_input_grad) + (None,)
 
 
 class HeteroActivation(torch.nn.Module):
@@ -371,6 +414,16 @@ class _LossNode:
         self.loss._run_device(4, [_capsule(x, stream) for x in (yp, yt, grad, value)], stream)
         return value, grad
 
+    def gradient(self, yp, yt, c):
+        """dl/dy_pred per element (unscaled: for reduction none)."""
+        self.set(c)
+        return self.run("gradient", yp, yt)
+
+    def constant_gradients(self, yp, yt, c):
+        """The reduced loss's gradient in its constants (float64, on c's device)."""
+        self.set(c)
+        return torch.from_numpy(self.loss.constant_gradients(_host(yp), _host(yt))).to(c.device)
+
     def run(self, which, yp, yt):
         if yp.is_cuda:
             return getattr(self.loss, which)(yp.detach().contiguous(), yt.detach().contiguous())
@@ -380,21 +433,17 @@ class _LossNode:
         return torch.from_numpy(r) if isinstance(r, np.ndarray) else r
 
 
-def _by_constants(h, yp, yt, c, node):
-    """sum over the elements of h * dl/dc, one entry per constant, differentiable."""
-    if not node.names:
-        return torch.zeros(0, dtype=c.dtype, device=c.device)
-    return torch.stack([(h * _LossElements.apply(yp, yt, c, node.c(name))).sum() for name in node.names]).to(c.dtype)
-
-
 class _LossValue(torch.autograd.Function):
-    """The reduced loss (mean or sum) or its elements (none), from one fused
-    kernel; under create_graph the backward runs the derivative losses."""
+    """The reduced loss (mean or sum) and its gradient from one fused kernel,
+    or the elements (none). At first order the backward multiplies the saved
+    gradient and, for constants, runs the loss's constant-gradient kernel;
+    under create_graph (the saved gradient being no part of the graph) the
+    derivative losses' elements give both."""
 
     @staticmethod
     def forward(ctx, y_pred, y_true, c, node, reduction):
         node.set(c)
-        ctx.node, ctx.reduction = node, reduction
+        ctx.node, ctx.reduction, ctx.scale = node, reduction, _rules.reduction_scale(reduction, y_pred)
         if reduction == "none":
             value, grad = node.run("forward_elements", y_pred, y_true), None
         else:
@@ -405,39 +454,16 @@ class _LossValue(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         yp, yt, c, grad = ctx.saved_tensors
-        node, reduction = ctx.node, ctx.reduction
-        scale = 1.0 / yp.numel() if reduction == "mean" and yp.numel() else 1.0
-        gyp = gyt = gc = None
-        if torch.is_grad_enabled():  # create_graph: a backward that is itself differentiable
-            weight = grad_out * scale
-            if ctx.needs_input_grad[0]:
-                gyp = weight * _LossElements.apply(yp, yt, c, node.d)
-            if ctx.needs_input_grad[1]:
-                gyt = weight * _LossElements.apply(yp, yt, c, node.dt)
-            if ctx.needs_input_grad[2]:
-                gc = _by_constants(weight, yp, yt, c, node)
-            return gyp, gyt, gc, None, None
-        if ctx.needs_input_grad[1]:  # a target that is computed: dl/dy_true per element
-            node.dt.set(c)
-            gyt = _times(grad_out * scale if reduction != "none" else grad_out,
-                         node.dt.run("forward_elements", yp, yt))
-        if reduction == "none":
-            if ctx.needs_input_grad[0]:
-                node.set(c)
-                gyp = _times(grad_out, node.run("gradient", yp, yt))
-            if ctx.needs_input_grad[2]:
-                gc = _by_constants(grad_out, yp, yt, c, node)
-            return gyp, gyt, gc, None, None
-        if ctx.needs_input_grad[0]:
-            # The fused kernel's gradient is already scaled; an upstream 1
-            # (loss.backward()) leaves it as it is, no product.
-            g = grad_out.detach()
-            gyp = grad if not g.is_cuda and g.item() == 1.0 else grad * g
-        if ctx.needs_input_grad[2]:
-            node.set(c)
-            dc = node.loss.constant_gradients(_host(yp), _host(yt))
-            gc = (torch.from_numpy(dc).to(c.device) * grad_out.detach().to(torch.float64)).to(c.dtype)
-        return gyp, gyt, gc, None, None
+        node, needs = ctx.node, ctx.needs_input_grad
+        if torch.is_grad_enabled():
+            return _rules.value_grads(_Differentiable, yp, yt, c, node, ctx.scale, grad_out, None, needs) + (None, None)
+        fused, constants = grad, None
+        if ctx.reduction == "none":  # no fused kernel ran: the loss's gradient kernel
+            fused = node.gradient(yp, yt, c) if needs[0] else None
+        elif needs[2]:
+            constants = node.constant_gradients(yp, yt, c)
+        return _rules.value_grads(_Kernels, yp, yt, c, node, ctx.scale, grad_out, None, needs, fused,
+                                  constants) + (None, None)
 
 
 class _LossElements(torch.autograd.Function):
@@ -445,22 +471,14 @@ class _LossElements(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y_pred, y_true, c, node):
-        node.set(c)
         ctx.node = node
         ctx.save_for_backward(y_pred, y_true, c)
-        return node.run("forward_elements", y_pred, y_true)
+        return _Kernels.elements(y_pred, y_true, c, node)
 
     @staticmethod
     def backward(ctx, h):
         yp, yt, c = ctx.saved_tensors
-        node, gyp, gyt, gc = ctx.node, None, None, None
-        if ctx.needs_input_grad[0]:
-            gyp = h * _LossElements.apply(yp, yt, c, node.d)
-        if ctx.needs_input_grad[1]:
-            gyt = h * _LossElements.apply(yp, yt, c, node.dt)
-        if ctx.needs_input_grad[2]:
-            gc = _by_constants(h, yp, yt, c, node)
-        return gyp, gyt, gc, None
+        return _rules.elements_grads(_backward_ops(), h, yp, yt, c, ctx.node, ctx.needs_input_grad) + (None,)
 
 
 class FormulaLoss(torch.nn.Module):
@@ -500,9 +518,10 @@ class FormulaLoss(torch.nn.Module):
                 loss.set_gpu_id(y.device.index or 0)
             node = self._nodes[key] = _LossNode(loss, self.constant_names)
             if self._fast is not None:
-                mean = self.reduction == "mean"
-                slow = lambda yp, yt, g: g * (1.0 / yp.numel() if mean else 1.0) * _LossElements.apply(yp, yt, None,
-                                                                                                     node.d)
+                reduction = self.reduction  # not self: the module would hold itself through its C++ object
+                slow = lambda yp, yt, g: _rules.value_grads(_Differentiable, yp, yt, None, node,
+                                                            _rules.reduction_scale(reduction, yp), g, None,
+                                                            (True, False, False))[0]
                 self._fast[_fast_key(y)] = _ext.FastLoss(loss, slow, y.device.index or 0 if y.is_cuda else -1)
         return node
 
