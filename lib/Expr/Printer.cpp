@@ -80,54 +80,50 @@ public:
   }
 
 private:
-  /// precedence(e), or that of the SymPy spelling printed for it.
-  int precedenceOf(Expr e) const {
-    if (opt_.sympy && e->op() == Op::Sigmoid)
-      return PMul; // 1/(...)
-    if (opt_.sympy && e->op() == Op::Expm1)
-      return PAdd; // exp(u) - 1
-    return precedence(e);
+  /// How PrintOptions::sympy writes an op sympify does not know: `before`,
+  /// the operand (parenthesized below `operandPrec`), `after`; `prec` is
+  /// the spelling's own precedence. Sigmoid's operand is negated besides.
+  struct SympySpelling {
+    Op op;
+    const char *before, *after;
+    int operandPrec, prec;
+  };
+  static const SympySpelling *sympySpelling(Op op) {
+    static const SympySpelling table[] = {
+        {Op::Sigmoid, "1/(1 + exp(", "))", 0, PMul},
+        {Op::Softplus, "log(1 + exp(", "))", 0, PAtom},
+        {Op::Log1p, "log(1 + ", ")", PAdd + 1, PAtom},
+        {Op::Expm1, "exp(", ") - 1", 0, PAdd},
+    };
+    for (const SympySpelling &s : table)
+      if (s.op == op)
+        return &s;
+    return nullptr;
   }
 
-  // exp(-u), or exp(v) for u = -v.
-  void printExpOfNegated(Expr u) {
-    out += "exp(";
-    if (u->op() == Op::Neg) {
+  /// precedence(e), or that of the SymPy spelling printed for it.
+  int precedenceOf(Expr e) const {
+    const SympySpelling *s = opt_.sympy ? sympySpelling(e->op()) : nullptr;
+    return s ? s->prec : precedence(e);
+  }
+
+  /// e in SymPy's terms (PrintOptions::sympy); false where sympify knows its op.
+  bool printForSympy(Expr e) {
+    const SympySpelling *s = sympySpelling(e->op());
+    if (!s)
+      return false;
+    out += s->before;
+    Expr u = e->arg(0);
+    if (e->op() != Op::Sigmoid) {
+      print(u, s->operandPrec);
+    } else if (u->op() == Op::Neg) { // exp(-(-v)) is exp(v)
       print(u->arg(0));
     } else {
       out += '-';
       print(u, PUnary);
     }
-    out += ')';
-  }
-
-  /// The SymPy spelling of an op sympify does not know (PrintOptions::sympy);
-  /// false where the op is one it knows.
-  bool printForSympy(Expr e) {
-    switch (e->op()) {
-    case Op::Sigmoid:
-      out += "1/(1 + ";
-      printExpOfNegated(e->arg(0));
-      out += ')';
-      return true;
-    case Op::Softplus:
-      out += "log(1 + exp(";
-      print(e->arg(0));
-      out += "))";
-      return true;
-    case Op::Log1p:
-      out += "log(1 + ";
-      print(e->arg(0), PAdd + 1);
-      out += ')';
-      return true;
-    case Op::Expm1:
-      out += "exp(";
-      print(e->arg(0));
-      out += ") - 1";
-      return true;
-    default:
-      return false;
-    }
+    out += s->after;
+    return true;
   }
 
   void printBare(Expr e) {
