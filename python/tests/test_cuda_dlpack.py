@@ -275,3 +275,19 @@ def test_a_loss_value_can_stay_on_the_device(driver):
     wide = FakeCudaTensor(driver, (), bits=64)
     with pytest.raises(TypeError, match="'value' must hold float32"):
         loss._run_device(4, [x.__dlpack__(0x5000) for x in (yp, yt, g, wide)], 0x5000)
+
+
+def test_a_population_runs_on_the_gpu_from_host_arrays():
+    # Host arrays go to the device and back; the fake runs no kernel, so only
+    # what the host decides is checked: shapes, NaN for a formula that does
+    # not parse, and the errors.
+    X = np.linspace(0.1, 1.0, 100, dtype=np.float32).reshape(-1, 1)
+    y = 2 * X[:, 0]
+    pop = hsnn.Population(["sin(num)*2", "num +* 2", "num**3"], method="cuda")
+    scores = pop.fitness(X, y)
+    assert scores.shape == (3,) and np.isnan(scores[1])
+    assert pop.evaluate(X).shape == (3, 100)
+    with pytest.raises(ValueError, match=r"GPU id 3 is out of range: valid ids are 0\.\.0"):
+        hsnn.Population(["num"], method="cuda", gpu_id=3).fitness(X, y)
+    with pytest.raises(ValueError, match="a population runs on cpu_interp or cuda, not cpu_jit"):
+        hsnn.Population(["num"], method="cpu_jit")
