@@ -8,15 +8,14 @@
 // launch shapes, the GPU cache, setGpuId, driver-version errors, and that
 // nothing leaks. Kernel results are checked on a real GPU by GpuTest.cpp.
 //===----------------------------------------------------------------------===//
+#include "FakeDriver.h"
 #include "TestUtil.h"
 
 #include "hsnn/Backend.h"
 #include "hsnn/Cache.h"
 #include "hsnn/Layer.h"
-#include "hsnn/Population.h"
 #include "hsnn/Runtime.h"
 
-#include <cmath>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <filesystem>
@@ -27,75 +26,7 @@
 using namespace hsnn;
 using namespace hsnn::test;
 
-#ifndef HSNN_PTXAS
-#define HSNN_PTXAS ""
-#endif
-
 namespace {
-
-// Before anything opens the driver: the fake one, with four devices (the
-// environment may override the driver version, as fake_cuda_old_driver does).
-const bool kFakeDriverConfigured = [] {
-  ::setenv("HSNN_CUDA_LIBRARY", HSNN_FAKE_CUDA_LIBRARY, 1);
-  ::setenv("HSNN_FAKE_CUDA_DEVICES", "9.0,9.0,8.0,10.0", 1);
-  if (*HSNN_PTXAS)
-    ::setenv("HSNN_FAKE_CUDA_PTXAS", HSNN_PTXAS, 0);
-  return true;
-}();
-
-// The fake driver's counters, from the copy the engine loaded.
-struct Fake {
-  void *lib = nullptr;
-  Fake() {
-    REQUIRE(kFakeDriverConfigured);
-    (void)runtimeInfo(); // the engine opens the driver first
-    lib = ::dlopen(HSNN_FAKE_CUDA_LIBRARY, RTLD_NOW | RTLD_NOLOAD);
-    REQUIRE_MESSAGE(lib, "the engine did not load the fake driver");
-  }
-  ~Fake() {
-    if (lib)
-      ::dlclose(lib);
-  }
-  int count(const char *what) const {
-    auto fn = reinterpret_cast<int (*)(const char *)>(::dlsym(lib, "hsnnFakeCudaCount"));
-    return fn(what);
-  }
-  std::string launches() const {
-    return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLaunches"))();
-  }
-  std::string lastTarget() const {
-    return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastTarget"))();
-  }
-  std::string lastPtx() const { return reinterpret_cast<const char *(*)()>(::dlsym(lib, "hsnnFakeCudaLastPtx"))(); }
-  uintptr_t lastStream() const { return reinterpret_cast<uintptr_t (*)()>(::dlsym(lib, "hsnnFakeCudaLastStream"))(); }
-  void clearLaunches() const { reinterpret_cast<void (*)()>(::dlsym(lib, "hsnnFakeCudaClearLaunches"))(); }
-};
-
-bool cudaMethodAvailable() {
-  const RuntimeInfo &info = runtimeInfo();
-  if (!info.gpuEnabled)
-    MESSAGE("skipped: the cuda method is unavailable in this build (" << info.gpuUnavailableReason << ")");
-  return info.gpuEnabled;
-}
-
-// A fresh, private cache directory for one test.
-struct TempCache {
-  std::filesystem::path dir;
-  std::unique_ptr<ScopedRuntimeFlags> flags;
-  explicit TempCache(bool enabled = true) {
-    dir = std::filesystem::temp_directory_path() / ("hsnn-fake-gpu-cache-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    RuntimeFlags f = runtimeFlags();
-    f.cacheDir = dir.string();
-    f.useKernelCache = enabled;
-    flags = std::make_unique<ScopedRuntimeFlags>(RuntimeFlagsOverride::from(f));
-  }
-  ~TempCache() {
-    flags.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
 
 std::vector<NodeSpec> threeNodes() {
   return {{"relu", {}}, {"sin(num)*alpha", {{"alpha", 2}}}, {"relu", {}}};
@@ -701,44 +632,4 @@ TEST_CASE("an old driver is a clear error, and other methods take over") {
   auto onAmpere = ActivationLayer::compile(threeNodes(), {.method = Method::Cuda, .gpuId = 2});
   REQUIRE_OK_EXPECTED(onAmpere);
   CHECK(onAmpere->method() == Method::Cuda);
-}
-
-TEST_CASE("a population on the GPU: one launch for all its formulas, scores added on the device, modules kept") {
-  Fake fake;
-  if (!cudaMethodAvailable())
-    return;
-  TempCache cache;
-  std::vector<std::string> formulas = {"sin(x)*2", "x**3 - 1", "x +* 2", "exp(x) / (1 + x*x)"};
-  auto pop = Population::create(formulas, {.variables = {"x"}, .method = Method::Cuda, .gpuId = 1});
-  REQUIRE_OK_EXPECTED(pop);
-  CHECK_FALSE(pop->valid(2));
-  const size_t rows = 1000;
-  std::vector<float> x(rows, 0.5f), y(rows, 1.0f), out(formulas.size() * rows);
-  int modules = fake.count("live_modules"), allocations = fake.count("live_allocations");
-  fake.clearLaunches();
-  REQUIRE_OK(pop->evaluate(PopulationData<float>{.x = x, .rows = rows}, out));
-  // A row of blocks per formula, as many as fill the fake device (8 blocks
-  // of 256 threads) over the four formulas.
-  CHECK(fake.launches() == "hsnn_population_values 2,4 256;");
-  CHECK(fake.count("live_modules") == modules + 1);      // kept for the process
-  CHECK(fake.count("live_allocations") == allocations); // a call's memory is freed as it returns
-  std::vector<double> scores(formulas.size());
-  fake.clearLaunches();
-  REQUIRE_OK(pop->fitness(PopulationData<float>{.x = x, .rows = rows, .y = y}, scores));
-  CHECK(fake.launches() == "hsnn_population_scores 2,4 256;hsnn_population_add 4,1 32;");
-  CHECK(std::isnan(scores[2]));
-  CHECK(fake.count("live_modules") == modules + 2); // the loss's, without the values kernel
-  REQUIRE_OK(pop->fitness(PopulationData<float>{.x = x, .rows = rows, .y = y}, scores));
-  CHECK(fake.count("live_modules") == modules + 2);
-  CHECK(fake.count("live_allocations") == allocations);
-
-  auto elsewhere = Population::create(formulas, {.variables = {"x"}, .method = Method::Cuda, .gpuId = 7});
-  REQUIRE_OK_EXPECTED(elsewhere);
-  Error e = elsewhere->evaluate(PopulationData<float>{.x = x, .rows = rows}, out);
-  REQUIRE(e);
-  CHECK(e.message() == "GPU id 7 is out of range: valid ids are 0..3");
-  auto jit = Population::create(formulas, {.variables = {"x"}, .method = Method::CpuJit});
-  REQUIRE_FALSE(jit);
-  CHECK(jit.error().message() ==
-        "a population runs on cpu_interp or cuda, not cpu_jit (cpu_jit compiles layers: ActivationLayer)");
 }
